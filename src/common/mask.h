@@ -1,0 +1,52 @@
+// Common (CPU and CUDA): the one mask definition.
+// Query row i of a sequence pair (Sq, Sk) sees key j iff
+//   i + Sk - Sq - left <= j <= i + Sk - Sq + right   (a negative side is unbounded).
+// Causal is the window (left, -) with right = 0, bottom-right aligned. No arithmetic beyond it.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FA_HOST_DEVICE inline
+#endif
+
+namespace fa {
+
+struct Mask {
+  int64_t left = -1;   // -1: unbounded
+  int64_t right = -1;  // -1: unbounded
+
+  FA_HOST_DEVICE bool none() const { return left < 0 && right < 0; }
+
+  // Does query row i see key j, for a sequence pair of lengths (sq, sk)?
+  FA_HOST_DEVICE bool visible(int64_t i, int64_t j, int64_t sq, int64_t sk) const {
+    const int64_t d = j - (i + sk - sq);  // distance from the aligned diagonal
+    return (left < 0 || d >= -left) && (right < 0 || d <= right);
+  }
+
+  // First visible key of row i (may exceed key_end when the row is fully masked).
+  FA_HOST_DEVICE int64_t key_begin(int64_t i, int64_t sq, int64_t sk) const {
+    if (left < 0) return 0;
+    const int64_t b = i + sk - sq - left;
+    return b < 0 ? 0 : b;
+  }
+
+  // One past the last visible key of row i, clamped to [0, sk].
+  FA_HOST_DEVICE int64_t key_end(int64_t i, int64_t sq, int64_t sk) const {
+    if (right < 0) return sk;
+    const int64_t e = i + sk - sq + right + 1;
+    return e < 0 ? 0 : (e > sk ? sk : e);
+  }
+};
+
+// Folds flash-attn's (causal, window_left, window_right) into one Mask.
+inline Mask make_mask(bool causal, int64_t window_left, int64_t window_right) {
+  Mask m;
+  m.left = window_left < 0 ? -1 : window_left;
+  m.right = causal ? 0 : (window_right < 0 ? -1 : window_right);
+  return m;
+}
+
+}  // namespace fa

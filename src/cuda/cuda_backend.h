@@ -1,0 +1,24 @@
+// CUDA backend: the entry points the API core calls (compiled only with FA_HAVE_CUDA).
+// Receives a validated Problem whose pointers live on p.device; throws fa::Error on failure
+// and never leaves a sticky CUDA error behind. No torch.
+#pragma once
+
+#include <cstddef>
+
+#include "api/problem.h"
+
+namespace fa::cuda {
+
+int device_count();
+void device_info(int device, fa_device_info* info);
+
+// Throws NOT_SUPPORTED naming the reason when no compiled kernel serves p.
+void check_supported_fwd(const Problem& p);
+void check_supported_bwd(const Problem& p);
+const char* kernel_name(const Problem& p);  // e.g. "sm80"
+
+void fwd(const Problem& p, void* stream);
+size_t bwd_workspace_size(const Problem& p);
+void bwd(const Problem& p, void* stream);
+
+}  // namespace fa::cuda

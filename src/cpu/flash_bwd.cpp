@@ -1,0 +1,216 @@
+// CPU backend: the FlashAttention backward.
+// D = rowsum(dO∘O); then K/V blocks outer, Q blocks inner, P recomputed from LSE, dK/dV of the
+// K/V block held per thread; dQ reduced in a fixed order. Extra memory O(S·D), never O(Sq·Sk).
+//
+// Determinism (1 thread and N threads give the same bits): a task is (batch, kv head, key chunk)
+// and owns the dK/dV rows of its chunk outright, summing the group's query heads in head order.
+// dQ needs every key: each chunk adds its contribution, K/V blocks in ascending order, into its
+// own fp32 partial dQ[chunk]; a last pass sums the partials in chunk order. The chunk count
+// depends on the problem only, never on the thread count. Memory: chunks × Hq × rows × D fp32
+// (capped, see chunk_count), against the second pass that recomputes S, dP and dS with Q blocks
+// outer (7 GEMMs instead of 5).
+//
+// Scores are [queries][keys], S = Q·Kᵀ, unlike the forward: Kᵀ and Vᵀ are transposed once per
+// K/V block (they stay), while the Q and dO blocks that pass by are only converted, never
+// transposed. dV += Pᵀ·dO and dK += dSᵀ·Q read P and dS through transposed strides.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_common.h"
+#include "cpu/flash_tiles.h"
+#include "cpu/simd.h"
+#include "cpu/tile_gemm.h"
+
+namespace fa::cpu {
+namespace {
+
+using namespace simd;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct BwdBuffers {
+  std::vector<float> kt;   // [D][Bkp]  Kᵀ (keys padded with 0): B of S = Q·Kᵀ
+  std::vector<float> vt;   // [Dv][Bkp] Vᵀ: B of dP = dO·Vᵀ
+  std::vector<float> k;    // [Bk][Dp]  K: B of dQ += dS·K
+  std::vector<float> dk;   // [Bk][Dp]  dK accumulator
+  std::vector<float> dv;   // [Bk][Dvp] dV accumulator
+  std::vector<float> q;    // [Bq][Dp]  Q
+  std::vector<float> dout; // [Bq][Dvp] dO
+  std::vector<float> s;    // [Bq][Bkp] S, then P
+  std::vector<float> dp;   // [Bq][Bkp] dP, then dS (times scale)
+  std::vector<float> th;   // [Bq][Bkp] tanh(s/c), softcap only
+};
+
+// Key chunks per (batch, kv head): enough tasks to keep the cores busy (64 at least), at most
+// one per K/V block, and partial dQ buffers within 256 MiB. Depends on the problem only.
+int64_t chunk_count(const Problem& p, int64_t rows, int64_t Dp) {
+  const int64_t kv_blocks = (p.seqlen_k + kBwdBk - 1) / kBwdBk;
+  const int64_t want = (64 + p.batch * p.heads_kv - 1) / (p.batch * p.heads_kv);
+  const int64_t per_chunk = std::max<int64_t>(1, p.heads_q * rows * Dp * int64_t(sizeof(float)));
+  const int64_t by_memory = std::max<int64_t>(1, (int64_t(256) << 20) / per_chunk);
+  return std::max<int64_t>(1, std::min({want, kv_blocks, by_memory}));
+}
+
+template <class T>
+void bwd_impl(const Problem& p) {
+  const int64_t D = p.head_dim, Dp = round_up(D, kLanes);
+  const int64_t Dv = p.head_dim_v, Dvp = round_up(Dv, kLanes);
+  const int64_t G = p.group(), Hq = p.heads_q;
+  const int64_t rows = total_q_rows(p);
+  const bool softcap = p.softcap > 0;
+  // S is scaled after the GEMM: x = qs·S (log2 units), or tanh(qs·S) with softcap.
+  const V16 qs = set1(softcap ? p.scale / p.softcap : p.scale * kLog2e);
+  const V16 cap = set1(p.softcap * kLog2e);
+  const V16 ds_scale = set1(p.scale);
+  const int nt = thread_count(p);
+
+  // D_i = rowsum(dO_i ∘ O_i), laid out like the LSE.
+  std::vector<float> Dd(size_t(Hq * rows));
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t task = 0; task < p.batch * Hq; ++task) {
+    const int64_t b = task / Hq, h = task % Hq;
+    const Seq s = sequence(p, b);
+    for (int64_t i = 0; i < s.sq; ++i) {
+      const T* o = row_ptr<const T>(p, p.o, b, s.q_row0, i, h);
+      const T* dout = row_ptr<const T>(p, p.dout, b, s.q_row0, i, h);
+      float acc = 0.f;
+      for (int64_t d = 0; d < Dv; ++d) acc += to_float(o[d]) * to_float(dout[d]);
+      Dd[size_t(lse_index(p, s, b, h, i))] = acc;
+    }
+  }
+
+  const int64_t NC = chunk_count(p, rows, Dp);
+  std::vector<float> dq_part(size_t(NC * Hq * rows * Dp));
+  auto dq_rows = [&](int64_t c, int64_t h, int64_t row) {
+    return dq_part.data() + ((c * Hq + h) * rows + row) * Dp;
+  };
+
+  constexpr int64_t Bkp = round_up(kBwdBk, kLanes);
+  std::vector<BwdBuffers> bufs(static_cast<size_t>(nt));
+  for (auto& bf : bufs) {
+    bf.kt.resize(size_t(D * Bkp));
+    bf.vt.resize(size_t(Dv * Bkp));
+    bf.k.resize(size_t(kBwdBk * Dp));
+    bf.dk.resize(size_t(kBwdBk * Dp));
+    bf.dv.resize(size_t(kBwdBk * Dvp));
+    bf.q.resize(size_t(kBwdBq * Dp));
+    bf.dout.resize(size_t(kBwdBq * Dvp));
+    bf.s.resize(size_t(kBwdBq * Bkp));
+    bf.dp.resize(size_t(kBwdBq * Bkp));
+    if (softcap) bf.th.resize(size_t(kBwdBq * Bkp));
+  }
+  alignas(64) static const float kIota[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+  const int64_t bhk = p.batch * p.heads_kv;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t task = 0; task < NC * bhk; ++task) {
+    // Chunk 0 first: under a causal mask the first keys are seen by the most queries.
+    const int64_t c = task / bhk, b = (task % bhk) / p.heads_kv, hk = task % p.heads_kv;
+    const Seq s = sequence(p, b);
+    BwdBuffers& bf = bufs[size_t(this_thread())];
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
+      std::fill(dq_rows(c, h, s.q_row0), dq_rows(c, h, s.q_row0 + s.sq), 0.f);
+
+    const int64_t nkb = (s.sk + kBwdBk - 1) / kBwdBk;
+    const int64_t kb_first = c * nkb / NC, kb_last = (c + 1) * nkb / NC;
+    for (int64_t kbi = kb_first; kbi < kb_last; ++kbi) {
+      const int64_t j0 = kbi * kBwdBk, bk = std::min(kBwdBk, s.sk - j0), j1 = j0 + bk;
+      const T* k = row_ptr<const T>(p, p.k, b, s.k_row0, j0, hk);
+      const T* v = row_ptr<const T>(p, p.v, b, s.k_row0, j0, hk);
+      load_tile_transposed(k, p.k.row_stride, bk, D, 1.f, bf.kt.data(), Bkp);
+      load_tile_transposed(v, p.v.row_stride, bk, Dv, 1.f, bf.vt.data(), Bkp);
+      load_tile(k, p.k.row_stride, bk, D, 1.f, bf.k.data(), Dp);
+      std::fill(bf.dk.begin(), bf.dk.end(), 0.f);
+      std::fill(bf.dv.begin(), bf.dv.end(), 0.f);
+
+      for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+        for (int64_t i0 = 0; i0 < s.sq; i0 += kBwdBq) {
+          const int64_t bq = std::min(kBwdBq, s.sq - i0), il = i0 + bq - 1;
+          // Does any row of this Q block see any key of this K/V block? key_begin/key_end
+          // grow with the row, so once the first row starts past the block, all later do.
+          if (p.mask.key_begin(i0, s.sq, s.sk) >= j1) break;
+          if (p.mask.key_end(il, s.sq, s.sk) <= j0) continue;
+          const bool full = p.mask.key_begin(il, s.sq, s.sk) <= j0 && p.mask.key_end(i0, s.sq, s.sk) >= j1;
+
+          load_tile(row_ptr<const T>(p, p.q, b, s.q_row0, i0, h), p.q.row_stride, bq, D, 1.f, bf.q.data(), Dp);
+          load_tile(row_ptr<const T>(p, p.dout, b, s.q_row0, i0, h), p.dout.row_stride, bq, Dv, 1.f,
+                    bf.dout.data(), Dvp);
+
+          float* sp = bf.s.data();
+          float* dp = bf.dp.data();
+          // S = Q·Kᵀ;  dP = dO·Vᵀ   [bq][Bkp]
+          tile_gemm<Accum::store>(bq, Bkp, D, bf.q.data(), Dp, 1, bf.kt.data(), Bkp, sp, Bkp);
+          tile_gemm<Accum::store>(bq, Bkp, Dv, bf.dout.data(), Dvp, 1, bf.vt.data(), Bkp, dp, Bkp);
+
+          for (int64_t r = 0; r < bq; ++r) {
+            const int64_t idx = lse_index(p, s, b, h, i0 + r);
+            // LSE' = log2(e)·LSE; a row without keys (-inf) gets P = 0.
+            const float lse_r = p.lse[idx] == -kInf ? kInf : p.lse[idx] * kLog2e;
+            const V16 lse = set1(lse_r), dd = set1(Dd[size_t(idx)]);
+            V16 lo = zero(), hi = zero();
+            if (!full) {
+              lo = set1(float(clamp_rel(p.mask.key_begin(i0 + r, s.sq, s.sk) - j0, bk)));
+              hi = set1(float(clamp_rel(p.mask.key_end(i0 + r, s.sq, s.sk) - j0, bk)));
+            }
+            float* srow = sp + r * Bkp;
+            float* dprow = dp + r * Bkp;
+            for (int64_t g = 0; g < Bkp; g += kLanes) {
+              // x = s' − LSE' with s' = log2(e)·scale·q·k, or c·log2(e)·tanh(scale·q·k / c)
+              V16 x, th = zero();
+              if (softcap) {
+                th = simd::tanh(load(srow + g) * qs);
+                x = fma(cap, th, zero() - lse);
+              } else {
+                x = fma(load(srow + g), qs, zero() - lse);
+              }
+              if (!full) x = keep_in_range(x, load(kIota) + set1(float(g)), lo, hi, set1(-kInf));
+              // P = 2^x;  dS = P ∘ (dP − D), times scale (and 1 − tanh² with softcap)
+              const V16 pv = exp2(x);
+              V16 ds = pv * (load(dprow + g) - dd) * ds_scale;
+              if (softcap) ds = fnma(ds * th, th, ds);
+              store(srow + g, pv);
+              store(dprow + g, ds);
+            }
+          }
+
+          // dV += Pᵀ·dO;  dK += dSᵀ·Q   (Pᵀ, dSᵀ read through transposed strides)
+          tile_gemm<Accum::add>(bk, Dvp, bq, sp, 1, Bkp, bf.dout.data(), Dvp, bf.dv.data(), Dvp);
+          tile_gemm<Accum::add>(bk, Dp, bq, dp, 1, Bkp, bf.q.data(), Dp, bf.dk.data(), Dp);
+          // dQ[chunk] += dS·K
+          tile_gemm<Accum::add>(bq, Dp, bk, dp, Bkp, 1, bf.k.data(), Dp, dq_rows(c, h, s.q_row0 + i0), Dp);
+        }
+      }
+      store_tile(bf.dk.data(), Dp, bk, D, nullptr, row_ptr<T>(p, p.dk, b, s.k_row0, j0, hk), p.dk.row_stride);
+      store_tile(bf.dv.data(), Dvp, bk, Dv, nullptr, row_ptr<T>(p, p.dv, b, s.k_row0, j0, hk),
+                 p.dv.row_stride);
+    }
+  }
+
+  // dQ = Σ_chunk dQ[chunk], chunks in ascending order.
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t task = 0; task < p.batch * Hq; ++task) {
+    const int64_t b = task / Hq, h = task % Hq;
+    const Seq s = sequence(p, b);
+    float* acc = bufs[size_t(this_thread())].q.data();  // Dp floats of scratch
+    for (int64_t i = 0; i < s.sq; ++i) {
+      std::copy(dq_rows(0, h, s.q_row0 + i), dq_rows(0, h, s.q_row0 + i) + D, acc);
+      for (int64_t c = 1; c < NC; ++c) {
+        const float* part = dq_rows(c, h, s.q_row0 + i);
+        for (int64_t d = 0; d < D; ++d) acc[d] += part[d];
+      }
+      T* dq = row_ptr<T>(p, p.dq, b, s.q_row0, i, h);
+      for (int64_t d = 0; d < D; ++d) dq[d] = from_float<T>(acc[d]);
+    }
+  }
+}
+
+}  // namespace
+
+void flash_bwd(const Problem& p) {
+  dispatch_dtype(p.dtype, [&](auto t) { bwd_impl<decltype(t)>(p); });
+}
+
+}  // namespace fa::cpu

@@ -1,0 +1,188 @@
+// CPU backend: the FlashAttention forward.
+// Q blocks outer, K/V blocks inner, online softmax in the log2 domain; writes only O and LSE.
+// Extra memory: one set of fp32 tiles per thread (O(tile)), never O(Sq·Sk).
+//
+// Scores are computed transposed, Sᵀ = K·Qᵀ (keys are rows, queries are the 16-lane vectors):
+// the per-query max and sum are then lane-wise vector ops with no horizontal reduction, and
+// P·V reads P through the transposed strides of the same buffer (see tile_gemm.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/cpu_common.h"
+#include "cpu/flash_tiles.h"
+#include "cpu/simd.h"
+#include "cpu/tile_gemm.h"
+
+namespace fa::cpu {
+namespace {
+
+using namespace simd;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct FwdBuffers {
+  std::vector<float> qt;     // [D][Bq]   Q block transposed, pre-scaled
+  std::vector<float> k;      // [Bk][D]   K block
+  std::vector<float> v;      // [Bk][Dvp] V block, columns padded with 0
+  std::vector<float> st;     // [Bk][Bq]  Sᵀ, then Pᵀ
+  std::vector<float> o;      // [Bq][Dvp] un-normalised O accumulator
+  std::vector<float> m, l;   // [Bq] running max (log2 units) and denominator
+  std::vector<float> alpha;  // [Bq] rescale of O for the current block
+  std::vector<float> lo, hi; // [Bq] visible key range of each query, relative to the block
+  std::vector<int64_t> kb, ke;  // [Bq] absolute visible key range of each query
+};
+
+template <class T>
+void fwd_impl(const Problem& p) {
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, Dvp = round_up(Dv, kLanes);
+  const int64_t G = p.group();
+  const int64_t nqb = (p.seqlen_q + kFwdBq - 1) / kFwdBq;
+  const int64_t bh = p.batch * p.heads_q;
+  const int64_t tasks = nqb * bh;
+  const bool softcap = p.softcap > 0;
+  // Scores in log2 units: s' = log2(e)·scale·q·k, or with softcap c: s' = c·log2(e)·tanh(scale·q·k / c).
+  const float q_scale = softcap ? p.scale / p.softcap : p.scale * kLog2e;
+  const V16 cap = set1(p.softcap * kLog2e);
+
+  const int nt = thread_count(p);
+  std::vector<FwdBuffers> bufs(static_cast<size_t>(nt));
+  for (auto& bf : bufs) {
+    bf.qt.resize(size_t(D * kFwdBq));
+    bf.k.resize(size_t(kFwdBk * D));
+    bf.v.resize(size_t(kFwdBk * Dvp));
+    bf.st.resize(size_t(kFwdBk * kFwdBq));
+    bf.o.resize(size_t(kFwdBq * Dvp));
+    for (auto* a : {&bf.m, &bf.l, &bf.alpha, &bf.lo, &bf.hi}) a->resize(kFwdBq);
+    bf.kb.resize(kFwdBq);
+    bf.ke.resize(kFwdBq);
+  }
+
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    // Last Q blocks first: under a causal mask they see the most keys.
+    const int64_t qb = nqb - 1 - task / bh;
+    const int64_t b = (task % bh) / p.heads_q, h = task % p.heads_q, hk = h / G;
+    const Seq s = sequence(p, b);
+    const int64_t i0 = qb * kFwdBq;
+    if (i0 >= s.sq) continue;
+    const int64_t bq = s.sq - i0 < kFwdBq ? s.sq - i0 : kFwdBq;
+    FwdBuffers& bf = bufs[size_t(this_thread())];
+
+    const T* q = row_ptr<const T>(p, p.q, b, s.q_row0, i0, h);
+    const T* k = row_ptr<const T>(p, p.k, b, s.k_row0, 0, hk);
+    const T* v = row_ptr<const T>(p, p.v, b, s.k_row0, 0, hk);
+    T* o = row_ptr<T>(p, p.o, b, s.q_row0, i0, h);
+
+    load_tile_transposed(q, p.q.row_stride, bq, D, q_scale, bf.qt.data(), kFwdBq);
+    for (int64_t r = 0; r < kFwdBq; ++r) {
+      bf.m[size_t(r)] = -kInf;
+      bf.l[size_t(r)] = 0.f;
+      // Padding queries see nothing.
+      bf.kb[size_t(r)] = r < bq ? p.mask.key_begin(i0 + r, s.sq, s.sk) : 0;
+      bf.ke[size_t(r)] = r < bq ? p.mask.key_end(i0 + r, s.sq, s.sk) : 0;
+    }
+    std::fill(bf.o.begin(), bf.o.end(), 0.f);
+
+    // Keys any row of the block sees: key_begin and key_end grow with the row.
+    const int64_t kbeg = bf.kb[0], kend = bf.ke[size_t(bq - 1)];
+    for (int64_t j0 = kbeg; j0 < kend; j0 += kFwdBk) {
+      const int64_t bk = kend - j0 < kFwdBk ? kend - j0 : kFwdBk;
+      // Every row sees every key of the block: no element mask.
+      const bool full = bf.kb[size_t(bq - 1)] <= j0 && bf.ke[0] >= j0 + bk;
+
+      // K is only broadcast from (the A operand): fp32 K is read in place, other types converted.
+      const float* kf = nullptr;
+      int64_t ldk = D;
+      if constexpr (std::is_same_v<T, float>) {
+        kf = k + j0 * p.k.row_stride;
+        ldk = p.k.row_stride;
+      } else {
+        load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.k.data(), D);
+        kf = bf.k.data();
+      }
+      load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.v.data(), Dvp);
+      // The next K/V block streams into L2 while this one is computed (K/V of a head is
+      // larger than L2 at long S: without this the copies above stall on L3).
+      if (j0 + bk < kend) {
+        const int64_t nk = std::min(kFwdBk, kend - j0 - bk);
+        prefetch_tile(k + (j0 + bk) * p.k.row_stride, p.k.row_stride, nk, D);
+        prefetch_tile(v + (j0 + bk) * p.v.row_stride, p.v.row_stride, nk, Dv);
+      }
+
+      // Sᵀ = K·Qᵀ   [bk][Bq]
+      tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq);
+
+      float* st = bf.st.data();
+      if (softcap) {
+        // s' = c·log2(e)·tanh(s/c)
+        for (int64_t j = 0; j < bk; ++j)
+          for (int64_t g = 0; g < kFwdBq; g += kLanes)
+            store(st + j * kFwdBq + g, cap * simd::tanh(load(st + j * kFwdBq + g)));
+      }
+      if (!full) {
+        for (int64_t r = 0; r < kFwdBq; ++r) {
+          bf.lo[size_t(r)] = float(clamp_rel(bf.kb[size_t(r)] - j0, bk));
+          bf.hi[size_t(r)] = float(clamp_rel(bf.ke[size_t(r)] - j0, bk));
+        }
+        for (int64_t g = 0; g < kFwdBq; g += kLanes) {
+          const V16 lo = load(&bf.lo[size_t(g)]), hi = load(&bf.hi[size_t(g)]);
+          for (int64_t j = 0; j < bk; ++j) {
+            float* sj = st + j * kFwdBq + g;
+            store(sj, keep_in_range(load(sj), set1(float(j)), lo, hi, set1(-kInf)));
+          }
+        }
+      }
+
+      // Online softmax, 16 queries at a time:
+      //   m_new = max(m_old, max_j s'_j);  alpha = 2^(m_old − m_new);  P_j = 2^(s'_j − m_new)
+      //   l_new = alpha·l_old + Σ_j P_j
+      for (int64_t g = 0; g < kFwdBq; g += kLanes) {
+        const V16 m_old = load(&bf.m[size_t(g)]);
+        V16 mx = m_old;
+        for (int64_t j = 0; j < bk; ++j) mx = max(mx, load(st + j * kFwdBq + g));
+        // A query that has seen no key yet keeps m = -inf; subtract 0 instead (P stays 0).
+        const V16 m_use = keep_if_eq(zero(), mx, set1(-kInf), mx);
+        const V16 al = exp2(m_old - m_use);
+        V16 sum = zero();
+        for (int64_t j = 0; j < bk; ++j) {
+          float* sj = st + j * kFwdBq + g;
+          const V16 pj = exp2(load(sj) - m_use);
+          store(sj, pj);
+          sum = sum + pj;
+        }
+        store(&bf.l[size_t(g)], fma(al, load(&bf.l[size_t(g)]), sum));
+        store(&bf.m[size_t(g)], mx);
+        store(&bf.alpha[size_t(g)], al);
+      }
+
+      // O = diag(alpha)·O + P·V   (P read from Pᵀ: row stride 1, k stride Bq)
+      tile_gemm<Accum::scale_add>(bq, Dvp, bk, bf.st.data(), 1, kFwdBq, bf.v.data(), Dvp, bf.o.data(),
+                                  Dvp, bf.alpha.data());
+    }
+
+    // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys: O = 0, LSE = -inf.
+    for (int64_t r = 0; r < bq; ++r) {
+      const float l = bf.l[size_t(r)];
+      bf.alpha[size_t(r)] = l > 0 ? 1.f / l : 0.f;
+    }
+    store_tile(bf.o.data(), Dvp, bq, Dv, bf.alpha.data(), o, p.o.row_stride);
+    if (p.lse) {
+      for (int64_t r = 0; r < bq; ++r) {
+        const float l = bf.l[size_t(r)];
+        p.lse[lse_index(p, s, b, h, i0 + r)] = l > 0 ? (bf.m[size_t(r)] + std::log2(l)) * kLn2 : -kInf;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void flash_fwd(const Problem& p) {
+  dispatch_dtype(p.dtype, [&](auto t) { fwd_impl<decltype(t)>(p); });
+}
+
+}  // namespace fa::cpu

@@ -1,0 +1,513 @@
+// Tests, GPU: the CUDA backward (sm80 path) against the CPU reference, through the C ABI only.
+// Modes: `check` (awkward shapes x features x dtypes, canaries, NaN poison), `determinism`,
+// `small` (a short run for compute-sanitizer), `bench [hdim]` (the ANCHORS grid, TFLOP/s).
+#include <cuda_runtime.h>  // templated cudaMalloc for common.h
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "flashattn/flashattn.h"
+
+using namespace gpucheck;
+
+namespace {
+
+#ifndef FA_AWKWARD_SHAPES_FILE
+#define FA_AWKWARD_SHAPES_FILE "tests/awkward_shapes.txt"
+#endif
+
+enum class Layout { bshd, bhsd, padded };
+const char* layout_name(Layout l) { return l == Layout::bshd ? "bshd" : l == Layout::bhsd ? "bhsd" : "padded"; }
+
+struct Case {
+  std::string name;
+  int64_t B, Sq, Sk, Hq, Hkv, D, Dv;
+  std::vector<int32_t> lens_q, lens_k;  // varlen when non-empty
+  bool causal = false;
+  int64_t wl = -1, wr = -1;
+  float softcap = 0.f;
+  bool deterministic = false;
+  Layout layout = Layout::bshd;
+  bool own_workspace = false;
+  bool varlen() const { return !lens_q.empty(); }
+  int64_t rows_q() const { return varlen() ? total(lens_q) : B * Sq; }
+  int64_t rows_k() const { return varlen() ? total(lens_k) : B * Sk; }
+  static int64_t total(const std::vector<int32_t>& l) {
+    int64_t t = 0;
+    for (int32_t x : l) t += x;
+    return t;
+  }
+  std::vector<int32_t> cu(const std::vector<int32_t>& l) const {
+    std::vector<int32_t> c(1, 0);
+    for (int32_t x : l) c.push_back(c.back() + x);
+    return c;
+  }
+};
+
+// Strides of a [B, S, H, D] tensor (varlen: B = 1, S = total rows) in a layout.
+struct Strided {
+  int64_t bs, rs, hs, count;
+};
+Strided strides_of(Layout l, int64_t B, int64_t S, int64_t H, int64_t D) {
+  Strided s{};
+  if (l == Layout::bshd) {
+    s.hs = D, s.rs = H * D, s.bs = S * H * D;
+  } else if (l == Layout::bhsd) {
+    s.rs = D, s.hs = S * D, s.bs = H * S * D;
+  } else {
+    const int64_t dp = (D + 8 + 7) / 8 * 8;
+    s.hs = dp, s.rs = H * dp + 8, s.bs = S * s.rs + 16;
+  }
+  s.count = (B - 1) * s.bs + (S - 1) * s.rs + (H - 1) * s.hs + D;
+  if (B == 0 || S == 0) s.count = 0;
+  return s;
+}
+
+// A device tensor whose logical values are [B·S][H][D] in host order.
+struct DevTensor {
+  Strided st{};
+  int64_t B = 0, S = 0, H = 0, D = 0;
+  DeviceHalf buf;
+  fa_tensor view() const { return fa_tensor{buf.data(), st.bs, st.rs, st.hs, 1}; }
+  int64_t off(int64_t row, int64_t h, int64_t d) const {
+    const int64_t b = row / S, s = row % S;
+    return b * st.bs + s * st.rs + h * st.hs + d;
+  }
+  void make(Layout l, int64_t b, int64_t s, int64_t h, int64_t d, fa_dtype dt, const std::vector<float>* values) {
+    B = b, S = s, H = h, D = d;
+    st = strides_of(l, B, S, H, D);
+    buf.alloc(size_t(st.count), 0xFFFF);  // NaN in bf16 and fp16
+    if (!values) return;
+    std::vector<uint16_t> img(size_t(st.count), 0xFFFF);
+    for (int64_t r = 0; r < B * S; ++r)
+      for (int64_t i = 0; i < H; ++i)
+        for (int64_t j = 0; j < D; ++j) img[size_t(off(r, i, j))] = to_half(dt, (*values)[size_t((r * H + i) * D + j)]);
+    if (!img.empty()) buf.upload(img);
+  }
+  // Logical values; `untouched` false if any element outside the logical ones changed.
+  std::vector<float> read(fa_dtype dt, bool* untouched) const {
+    const std::vector<uint16_t> all = buf.download_all();
+    std::vector<char> logical(all.size(), 0);
+    std::vector<float> out(size_t(B * S * H * D));
+    for (int64_t r = 0; r < B * S; ++r)
+      for (int64_t i = 0; i < H; ++i)
+        for (int64_t j = 0; j < D; ++j) {
+          const size_t o = size_t(off(r, i, j)) + DeviceHalf::kMargin;
+          logical[o] = 1;
+          out[size_t((r * H + i) * D + j)] = from_half(dt, all[o]);
+        }
+    *untouched = true;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!logical[i] && all[i] != 0xFFFF) *untouched = false;
+    return out;
+  }
+};
+
+std::vector<float> randn(size_t n, fa_dtype dt, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_half(dt, nd(rng));
+  return v;
+}
+
+fa_tensor host_view(std::vector<float>& v, int64_t S, int64_t H, int64_t D) {
+  return fa_tensor{v.data(), S * H * D, H * D, D, 1};
+}
+
+void set_common(fa_fwd_params& f, const Case& c) {
+  f.struct_size = sizeof(fa_fwd_params);
+  f.batch = c.B, f.seqlen_q = c.Sq, f.seqlen_k = c.Sk, f.heads_q = c.Hq, f.heads_kv = c.Hkv;
+  f.head_dim = c.D, f.head_dim_v = c.Dv;
+  f.scale = 1.f / std::sqrt(float(c.D));
+  f.softcap = c.softcap;
+  f.causal = c.causal;
+  f.window_left = c.wl, f.window_right = c.wr;
+  f.deterministic = c.deterministic;
+  f.total_q = c.rows_q(), f.total_k = c.rows_k();
+}
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+// CPU reference (fp64 accumulation) in dtype `dt` storage (FP32 = ref_hi).
+Grads cpu_bwd(const Case& c, fa_dtype dt, std::vector<float> q, std::vector<float> k, std::vector<float> v,
+              std::vector<float> o, std::vector<float> lse, std::vector<float> dout) {
+  const bool vl = c.varlen();
+  const int64_t Bq = vl ? 1 : c.B, Sq = vl ? c.rows_q() : c.Sq, Sk = vl ? c.rows_k() : c.Sk;
+  std::vector<int32_t> cuq = c.cu(c.lens_q), cuk = c.cu(c.lens_k);
+  Grads g;
+  g.dq.assign(size_t(Bq * Sq * c.Hq * c.D), NAN);
+  g.dk.assign(size_t(Bq * Sk * c.Hkv * c.D), NAN);
+  g.dv.assign(size_t(Bq * Sk * c.Hkv * c.Dv), NAN);
+  // 16-bit storage: convert the fp32 host arrays to packed halves.
+  auto pack = [&](std::vector<float>& x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = to_half(dt, x[i]);
+    return h;
+  };
+  std::vector<uint16_t> hq, hk, hv, ho, hdo, hdq(g.dq.size()), hdk(g.dk.size()), hdv(g.dv.size());
+  fa_bwd_params bp{};
+  bp.struct_size = sizeof(fa_bwd_params);
+  fa_fwd_params& f = bp.fwd;
+  set_common(f, c);
+  f.device = FA_DEVICE_CPU, f.dtype = dt, f.algorithm = FA_ALGORITHM_REFERENCE;
+  if (vl) f.cu_seqlens_q = cuq.data(), f.cu_seqlens_k = cuk.data();
+  auto view = [&](void* p, int64_t S, int64_t H, int64_t D) { return fa_tensor{p, S * H * D, H * D, D, 1}; };
+  if (dt == FA_DTYPE_FP32) {
+    f.q = view(q.data(), Sq, c.Hq, c.D), f.k = view(k.data(), Sk, c.Hkv, c.D), f.v = view(v.data(), Sk, c.Hkv, c.Dv);
+    f.o = view(o.data(), Sq, c.Hq, c.Dv), bp.dout = view(dout.data(), Sq, c.Hq, c.Dv);
+    bp.dq = view(g.dq.data(), Sq, c.Hq, c.D), bp.dk = view(g.dk.data(), Sk, c.Hkv, c.D);
+    bp.dv = view(g.dv.data(), Sk, c.Hkv, c.Dv);
+  } else {
+    hq = pack(q), hk = pack(k), hv = pack(v), ho = pack(o), hdo = pack(dout);
+    f.q = view(hq.data(), Sq, c.Hq, c.D), f.k = view(hk.data(), Sk, c.Hkv, c.D), f.v = view(hv.data(), Sk, c.Hkv, c.Dv);
+    f.o = view(ho.data(), Sq, c.Hq, c.Dv), bp.dout = view(hdo.data(), Sq, c.Hq, c.Dv);
+    bp.dq = view(hdq.data(), Sq, c.Hq, c.D), bp.dk = view(hdk.data(), Sk, c.Hkv, c.D);
+    bp.dv = view(hdv.data(), Sk, c.Hkv, c.Dv);
+  }
+  f.lse = lse.data();
+  if (fa_bwd(&bp, nullptr) != FA_STATUS_OK) {
+    std::fprintf(stderr, "CPU reference backward failed: %s\n", fa_last_error());
+    std::exit(2);
+  }
+  if (dt != FA_DTYPE_FP32) {
+    for (size_t i = 0; i < hdq.size(); ++i) g.dq[i] = from_half(dt, hdq[i]);
+    for (size_t i = 0; i < hdk.size(); ++i) g.dk[i] = from_half(dt, hdk[i]);
+    for (size_t i = 0; i < hdv.size(); ++i) g.dv[i] = from_half(dt, hdv[i]);
+  }
+  return g;
+}
+
+double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float x : a) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+double max_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
+    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return m;
+}
+
+// DESIGN.md's rule for gradients: err_impl <= 3·err_low + atol.
+bool close(const char* what, fa_dtype dt, const std::vector<float>& impl, const std::vector<float>& low,
+           const std::vector<float>& hi, std::string* msg) {
+  // atol: the output's rounding step, floored at 1e-5: gradients that cancel to ~0 (a single
+  // visible key makes dS = P(dP - D) vanish) keep the fp32 rounding of dP - D, ~1e-7 x |dP|.
+  const double ei = max_err(impl, hi), el = max_err(low, hi), atol = std::max(ulp_at(dt, max_abs(hi)), 1e-5);
+  const bool ok = std::isfinite(ei) && ei <= 3 * el + atol;
+  char b[256];
+  std::snprintf(b, sizeof b, " %s %.3g/%.3g", what, ei, 3 * el + atol);
+  *msg += b;
+  return ok;
+}
+
+int g_failures = 0;
+
+// One case end to end. Returns false on failure (printed).
+bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
+  std::mt19937_64 rng(seed);
+  const bool vl = c.varlen();
+  const int64_t rq = c.rows_q(), rk = c.rows_k();
+  std::vector<float> q = randn(size_t(rq * c.Hq * c.D), dt, rng), k = randn(size_t(rk * c.Hkv * c.D), dt, rng),
+                     v = randn(size_t(rk * c.Hkv * c.Dv), dt, rng), dout = randn(size_t(rq * c.Hq * c.Dv), dt, rng);
+  // Forward on the CPU reference (fp32 storage): O (then rounded to dtype) and LSE.
+  std::vector<float> o(size_t(rq * c.Hq * c.Dv), NAN), lse(size_t(rq * c.Hq), NAN);
+  std::vector<int32_t> cuq = c.cu(c.lens_q), cuk = c.cu(c.lens_k);
+  {
+    fa_fwd_params f{};
+    set_common(f, c);
+    f.device = FA_DEVICE_CPU, f.dtype = FA_DTYPE_FP32, f.algorithm = FA_ALGORITHM_REFERENCE;
+    const int64_t Sq = vl ? rq : c.Sq, Sk = vl ? rk : c.Sk;
+    f.q = host_view(q, Sq, c.Hq, c.D), f.k = host_view(k, Sk, c.Hkv, c.D), f.v = host_view(v, Sk, c.Hkv, c.Dv);
+    f.o = host_view(o, Sq, c.Hq, c.Dv), f.lse = lse.data();
+    if (vl) f.cu_seqlens_q = cuq.data(), f.cu_seqlens_k = cuk.data();
+    if (fa_fwd(&f, nullptr) != FA_STATUS_OK) {
+      std::fprintf(stderr, "CPU reference forward failed: %s\n", fa_last_error());
+      std::exit(2);
+    }
+    for (float& x : o) x = round_half(dt, x);
+  }
+
+  // GPU backward.
+  const int64_t Bt = vl ? 1 : c.B, Sqt = vl ? rq : c.Sq, Skt = vl ? rk : c.Sk;
+  DevTensor dq_t, dk_t, dv_t, q_t, k_t, v_t, o_t, do_t;
+  q_t.make(c.layout, Bt, Sqt, c.Hq, c.D, dt, &q);
+  k_t.make(c.layout, Bt, Skt, c.Hkv, c.D, dt, &k);
+  v_t.make(c.layout, Bt, Skt, c.Hkv, c.Dv, dt, &v);
+  o_t.make(c.layout, Bt, Sqt, c.Hq, c.Dv, dt, &o);
+  do_t.make(c.layout, Bt, Sqt, c.Hq, c.Dv, dt, &dout);
+  dq_t.make(c.layout, Bt, Sqt, c.Hq, c.D, dt, nullptr);
+  dk_t.make(c.layout, Bt, Skt, c.Hkv, c.D, dt, nullptr);
+  dv_t.make(c.layout, Bt, Skt, c.Hkv, c.Dv, dt, nullptr);
+  // LSE is [B, Hq, Sq] (varlen [Hq, total_q]); the host array is the same order.
+  DeviceFloat lse_d;
+  lse_d.alloc(lse.size());
+  if (!lse.empty()) GC_CUDA(cudaMemcpy(lse_d.data(), lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+  int32_t *cuq_d = nullptr, *cuk_d = nullptr;
+  if (vl) {
+    GC_CUDA(cudaMalloc(&cuq_d, cuq.size() * 4));
+    GC_CUDA(cudaMalloc(&cuk_d, cuk.size() * 4));
+    GC_CUDA(cudaMemcpy(cuq_d, cuq.data(), cuq.size() * 4, cudaMemcpyHostToDevice));
+    GC_CUDA(cudaMemcpy(cuk_d, cuk.data(), cuk.size() * 4, cudaMemcpyHostToDevice));
+  }
+  fa_bwd_params bp{};
+  bp.struct_size = sizeof(fa_bwd_params);
+  set_common(bp.fwd, c);
+  bp.fwd.device = 0, bp.fwd.dtype = dt, bp.fwd.algorithm = FA_ALGORITHM_AUTO;
+  bp.fwd.q = q_t.view(), bp.fwd.k = k_t.view(), bp.fwd.v = v_t.view(), bp.fwd.o = o_t.view();
+  bp.fwd.lse = lse_d.data();
+  bp.fwd.cu_seqlens_q = cuq_d, bp.fwd.cu_seqlens_k = cuk_d;
+  bp.dout = do_t.view(), bp.dq = dq_t.view(), bp.dk = dk_t.view(), bp.dv = dv_t.view();
+
+  std::string label = c.name + " " + dtype_name(dt) + " " + layout_name(c.layout) + (c.causal ? " causal" : "") +
+                      (c.wl >= 0 || c.wr >= 0 ? " window(" + std::to_string(c.wl) + "," + std::to_string(c.wr) + ")" : "") +
+                      (c.softcap > 0 ? " softcap" : "") + (vl ? " varlen" : "") + (c.deterministic ? " det" : "");
+  bool ok = true;
+  std::string msg;
+  void* ws = nullptr;
+  const fa_status can = fa_can_implement_bwd(&bp);
+  if (c.D % 8 != 0 || c.Dv % 8 != 0) {
+    // Head dims off the 16-byte grid: the GPU refuses with a reason, never runs.
+    ok = can == FA_STATUS_NOT_SUPPORTED && std::strlen(fa_last_error()) > 0;
+    msg = ok ? " refused as expected" : " expected NOT_SUPPORTED";
+  } else if (can != FA_STATUS_OK) {
+    ok = false;
+    msg = std::string(" refused: ") + fa_last_error();
+  } else {
+    if (c.own_workspace) {
+      size_t bytes = 0;
+      if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) std::exit(3);
+      GC_CUDA(cudaMalloc(&ws, bytes ? bytes : 1));
+      bp.workspace = ws, bp.workspace_size = bytes;
+    }
+    const fa_status st = fa_bwd(&bp, nullptr);
+    const cudaError_t sync = cudaDeviceSynchronize();
+    if (st != FA_STATUS_OK || sync != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+      ok = false;
+      msg = std::string(" fa_bwd: ") + fa_last_error() + " / " + cudaGetErrorString(sync);
+    } else {
+      bool u1, u2, u3;
+      const std::vector<float> dq = dq_t.read(dt, &u1), dk = dk_t.read(dt, &u2), dv = dv_t.read(dt, &u3);
+      if (!(u1 && u2 && u3)) ok = false, msg += " WROTE-OUTSIDE";
+      const Grads hi = cpu_bwd(c, FA_DTYPE_FP32, q, k, v, o, lse, dout);
+      const Grads low = cpu_bwd(c, dt, q, k, v, o, lse, dout);
+      ok &= close("dQ", dt, dq, low.dq, hi.dq, &msg);
+      ok &= close("dK", dt, dk, low.dk, hi.dk, &msg);
+      ok &= close("dV", dt, dv, low.dv, hi.dv, &msg);
+    }
+  }
+  if (!ok || !quiet) std::printf("%s %s:%s\n", ok ? "ok  " : "FAIL", label.c_str(), msg.c_str());
+  if (ws) GC_CUDA(cudaFree(ws));
+  if (cuq_d) {
+    GC_CUDA(cudaFree(cuq_d));
+    GC_CUDA(cudaFree(cuk_d));
+  }
+  for (DevTensor* t : {&q_t, &k_t, &v_t, &o_t, &do_t, &dq_t, &dk_t, &dv_t}) t->buf.release();
+  lse_d.release();
+  if (!ok) ++g_failures;
+  return ok;
+}
+
+// Awkward shapes x features; each case gets one layout, and alternates workspace ownership and
+// deterministic mode, so every combination is covered across the list.
+std::vector<Case> awkward_cases(bool small) {
+  std::vector<Case> out;
+  int n = 0;
+  const char* path = std::getenv("FA_AWKWARD_SHAPES");  // overrides the build-time path
+  for (const Shape& s : read_shapes(path ? path : FA_AWKWARD_SHAPES_FILE)) {
+    if (small && s.Sq * s.Sk > 64 * 64) continue;
+    const char* only = std::getenv("FA_CHECK_SHAPE");  // one shape by name (sanitizer runs)
+    if (only && s.name != only) continue;
+    for (int feature = 0; feature < 6; ++feature) {
+      Case c;
+      c.name = s.name;
+      c.B = s.B, c.Sq = s.Sq, c.Sk = s.Sk, c.Hq = s.Hq, c.Hkv = s.Hkv, c.D = s.D, c.Dv = s.Dv;
+      if (feature == 1) c.causal = true;
+      if (feature == 2) c.wl = 7, c.wr = 3;
+      if (feature == 3) c.softcap = 2.f, c.causal = true;
+      if (feature == 4 || feature == 5) {
+        c.lens_q = s.lens_q, c.lens_k = s.lens_k;
+        if (c.lens_q.empty()) c.lens_q.assign(size_t(s.B), int32_t(s.Sq)), c.lens_k.assign(size_t(s.B), int32_t(s.Sk));
+        c.causal = feature == 5;
+      }
+      c.layout = Layout(n % 3);
+      c.deterministic = n % 2 == 1;
+      c.own_workspace = n % 4 == 2;
+      ++n;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+int mode_check(bool small) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  int n = 0;
+  for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})
+    for (const Case& c : awkward_cases(small)) run_case(c, dt, seed + n++, !small);
+  // Larger shapes: full tiles, many q blocks, GQA with a group of 4, D < compiled D.
+  std::vector<Case> big = {
+      {"b2_s1000_h4_d128", 2, 1000, 1000, 4, 4, 128, 128, {}, {}, false},
+      {"b2_s1000_h4_d128_causal", 2, 1000, 1000, 4, 4, 128, 128, {}, {}, true},
+      {"gqa4_s777_d64", 1, 777, 640, 8, 2, 64, 64, {}, {}, true},
+      {"d96_s300", 2, 300, 333, 2, 2, 96, 96, {}, {}, false},
+      {"d256_s257", 1, 257, 300, 2, 1, 256, 256, {}, {}, true},
+  };
+  if (!small)
+    for (Case& c : big) {
+      for (bool det : {false, true}) {
+        c.deterministic = det;
+        run_case(c, FA_DTYPE_BF16, seed + n++, false);
+      }
+    }
+  std::printf("%s: %d failure(s) of %d cases\n", g_failures ? "FAILED" : "PASSED", g_failures, n);
+  return g_failures ? 1 : 0;
+}
+
+// Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode.
+int mode_determinism() {
+  const int64_t B = 64, S = 256, H = 4, D = 128;
+  std::mt19937_64 rng(1234);
+  const fa_dtype dt = FA_DTYPE_BF16;
+  int bad = 0;
+  for (bool det : {false, true}) {
+    Case c{"determinism", B, S, S, H, H, D, D, {}, {}, true};
+    c.deterministic = det;
+    const int64_t n = B * S * H * D;
+    std::vector<float> q = randn(size_t(n), dt, rng), k = randn(size_t(n), dt, rng), v = randn(size_t(n), dt, rng),
+                       dout = randn(size_t(n), dt, rng), o = randn(size_t(n), dt, rng);
+    std::vector<float> lse(size_t(B * H * S));
+    for (float& x : lse) x = 3.f + float(rng() % 100) / 100.f;
+    DevTensor t[8];
+    std::vector<float>* vals[8] = {&q, &k, &v, &o, &dout, nullptr, nullptr, nullptr};
+    for (int i = 0; i < 8; ++i) t[i].make(Layout::bshd, B, S, H, D, dt, vals[i]);
+    DeviceFloat lse_d;
+    lse_d.alloc(lse.size());
+    GC_CUDA(cudaMemcpy(lse_d.data(), lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
+    fa_bwd_params bp{};
+    bp.struct_size = sizeof(fa_bwd_params);
+    set_common(bp.fwd, c);
+    bp.fwd.device = 0, bp.fwd.dtype = dt;
+    bp.fwd.q = t[0].view(), bp.fwd.k = t[1].view(), bp.fwd.v = t[2].view(), bp.fwd.o = t[3].view();
+    bp.fwd.lse = lse_d.data();
+    bp.dout = t[4].view(), bp.dq = t[5].view(), bp.dk = t[6].view(), bp.dv = t[7].view();
+    std::vector<uint16_t> first[3];
+    int diff[3] = {0, 0, 0};
+    for (int it = 0; it < 100; ++it) {
+      if (fa_bwd(&bp, nullptr) != FA_STATUS_OK) {
+        std::printf("fa_bwd failed: %s\n", fa_last_error());
+        return 1;
+      }
+      GC_CUDA(cudaDeviceSynchronize());
+      for (int j = 0; j < 3; ++j) {
+        std::vector<uint16_t> now = t[5 + j].buf.download_all();
+        if (it == 0) first[j] = now;
+        else if (now != first[j]) ++diff[j];
+      }
+    }
+    std::printf("determinism (%s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
+                det ? "deterministic" : "default", diff[0], diff[1], diff[2]);
+    if (diff[1] || diff[2] || (det && diff[0])) ++bad;
+    for (DevTensor& x : t) x.buf.release();
+    lse_d.release();
+  }
+  std::printf("%s\n", bad ? "FAILED" : "PASSED");
+  return bad ? 1 : 0;
+}
+
+// ANCHORS grid: bf16, 16k tokens, heads = 2048 / hdim, causal and not; median of cudaEvent times.
+int mode_bench(int only_hdim) {
+  const fa_dtype dt = FA_DTYPE_BF16;
+  std::printf("| hdim | causal | seqlen | batch | heads | ms | TFLOP/s |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int hd : {64, 128, 256}) {
+    if (only_hdim && hd != only_hdim) continue;
+    for (bool causal : {false, true})
+      for (int64_t S : {512, 1024, 2048, 4096, 8192, 16384}) {
+        // FA_BENCH_SEQLENS="1024,16384" times only those columns of the grid.
+        const char* only_s = std::getenv("FA_BENCH_SEQLENS");
+        if (only_s != nullptr && ("," + std::string(only_s) + ",").find("," + std::to_string(S) + ",") ==
+                                     std::string::npos)
+          continue;
+        const int64_t B = 16384 / S, H = 2048 / hd, n = B * S * H * hd;
+        std::mt19937_64 rng(S + hd);
+        std::vector<float> x = randn(size_t(n), dt, rng);
+        DevTensor t[8];
+        for (int i = 0; i < 8; ++i) t[i].make(Layout::bshd, B, S, H, hd, dt, i < 5 && i != 3 ? &x : nullptr);
+        DeviceFloat lse_d;
+        lse_d.alloc(size_t(B * H * S));
+        Case c{"bench", B, S, S, H, H, hd, hd, {}, {}, causal};
+        fa_fwd_params f{};
+        set_common(f, c);
+        f.device = 0, f.dtype = dt;
+        f.q = t[0].view(), f.k = t[1].view(), f.v = t[2].view(), f.o = t[3].view(), f.lse = lse_d.data();
+        if (fa_fwd(&f, nullptr) != FA_STATUS_OK) {
+          std::printf("forward failed: %s\n", fa_last_error());
+          return 1;
+        }
+        fa_bwd_params bp{};
+        bp.struct_size = sizeof(fa_bwd_params);
+        bp.fwd = f;
+        bp.dout = t[4].view(), bp.dq = t[5].view(), bp.dk = t[6].view(), bp.dv = t[7].view();
+        size_t bytes = 0;
+        fa_bwd_workspace_size(&bp, &bytes);
+        void* ws = nullptr;
+        GC_CUDA(cudaMalloc(&ws, bytes));
+        bp.workspace = ws, bp.workspace_size = bytes;
+        cudaEvent_t e0, e1;
+        GC_CUDA(cudaEventCreate(&e0));
+        GC_CUDA(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int it = 0; it < 23; ++it) {
+          GC_CUDA(cudaEventRecord(e0));
+          if (fa_bwd(&bp, nullptr) != FA_STATUS_OK) {
+            std::printf("bwd failed: %s\n", fa_last_error());
+            return 1;
+          }
+          GC_CUDA(cudaEventRecord(e1));
+          GC_CUDA(cudaEventSynchronize(e1));
+          float m = 0;
+          GC_CUDA(cudaEventElapsedTime(&m, e0, e1));
+          if (it >= 3) ms.push_back(m);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double flops = 2.5 * 4.0 * double(B) * H * double(S) * S * hd / (causal ? 2 : 1);
+        std::printf("| %d | %s | %lld | %lld | %lld | %.3f | %.1f |\n", hd, causal ? "yes" : "no", (long long)S,
+                    (long long)B, (long long)H, med, flops / med / 1e9);
+        std::fflush(stdout);
+        GC_CUDA(cudaFree(ws));
+        for (DevTensor& d : t) d.buf.release();
+        lse_d.release();
+      }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (fa_cuda_device_count() < 1) {
+    std::printf("no CUDA device\n");
+    return 2;
+  }
+  if (mode == "check") return mode_check(false);
+  if (mode == "small") return mode_check(true);
+  if (mode == "determinism") return mode_determinism();
+  if (mode == "bench") return mode_bench(argc > 2 ? std::atoi(argv[2]) : 0);
+  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]]\n");
+  return 2;
+}

@@ -1,0 +1,94 @@
+// Tests of the API core's information entry points: version, backends, devices, struct sizes,
+// status strings, kernel names and the thread-local error text.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "flashattn/flashattn.h"
+
+namespace {
+
+TEST(Info, VersionMatchesHeader) {
+  const char* v = fa_version();
+  ASSERT_NE(v, nullptr);
+  const std::string want = std::to_string(FA_VERSION_MAJOR) + "." + std::to_string(FA_VERSION_MINOR) +
+                           "." + std::to_string(FA_VERSION_PATCH);
+  EXPECT_EQ(std::string(v), want);
+}
+
+TEST(Info, CompiledBackendsHaveCpu) {
+  const uint32_t b = fa_compiled_backends();
+  EXPECT_TRUE(b & FA_BACKEND_CPU);
+  EXPECT_EQ(b & ~uint32_t(FA_BACKEND_CPU | FA_BACKEND_CUDA), 0u) << "unknown backend bits";
+}
+
+TEST(Info, CudaDeviceCount) {
+  const int32_t n = fa_cuda_device_count();
+  EXPECT_GE(n, 0);
+  if (!(fa_compiled_backends() & FA_BACKEND_CUDA)) {
+    EXPECT_EQ(n, 0) << "no CUDA backend, yet devices";
+  }
+}
+
+TEST(Info, StructSizesMatchHeader) {
+  EXPECT_EQ(fa_sizeof_fwd_params(), sizeof(fa_fwd_params));
+  EXPECT_EQ(fa_sizeof_bwd_params(), sizeof(fa_bwd_params));
+}
+
+TEST(Info, StatusStrings) {
+  for (fa_status s : {FA_STATUS_OK, FA_STATUS_INVALID_ARGUMENT, FA_STATUS_NOT_SUPPORTED,
+                      FA_STATUS_DEVICE_ERROR, FA_STATUS_OUT_OF_MEMORY, FA_STATUS_INTERNAL_ERROR}) {
+    const char* t = fa_status_string(s);
+    ASSERT_NE(t, nullptr);
+    EXPECT_GT(std::strlen(t), 0u) << "status " << int(s);
+  }
+  const char* unknown = fa_status_string(static_cast<fa_status>(1234));
+  ASSERT_NE(unknown, nullptr);
+}
+
+TEST(Info, CpuFeatures) {
+  const char* f = fa_cpu_features();
+  ASSERT_NE(f, nullptr);
+}
+
+TEST(Info, DeviceInfoValidation) {
+  EXPECT_EQ(fa_get_device_info(0, nullptr), FA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa_last_error()).find("info"), std::string::npos) << fa_last_error();
+
+  fa_device_info info{};
+  info.struct_size = sizeof(info) - 4;
+  EXPECT_EQ(fa_get_device_info(0, &info), FA_STATUS_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fa_last_error()).find("info.struct_size"), std::string::npos) << fa_last_error();
+
+  info.struct_size = sizeof(info);
+  EXPECT_NE(fa_get_device_info(-1, &info), FA_STATUS_OK);
+  EXPECT_NE(std::string(fa_last_error()).find("device"), std::string::npos) << fa_last_error();
+
+  const int32_t n = fa_cuda_device_count();
+  EXPECT_NE(fa_get_device_info(n, &info), FA_STATUS_OK) << "device " << n << " of " << n;
+  EXPECT_NE(std::string(fa_last_error()).find("device"), std::string::npos) << fa_last_error();
+  for (int32_t d = 0; d < n; ++d) {
+    info = fa_device_info{};
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(fa_get_device_info(d, &info), FA_STATUS_OK) << fa_last_error();
+    EXPECT_GE(info.cc_major, 8);
+    EXPECT_GT(info.sm_count, 0);
+    EXPECT_GT(info.total_memory, 0);
+    EXPECT_GT(std::strlen(info.name), 0u);
+  }
+}
+
+TEST(Info, LastErrorIsPerThread) {
+  EXPECT_EQ(fa_fwd(nullptr, nullptr), FA_STATUS_INVALID_ARGUMENT);
+  const std::string here = fa_last_error();
+  EXPECT_NE(here.find("params"), std::string::npos) << here;
+  std::string there = "unset";
+  std::thread t([&] { there = fa_last_error(); });
+  t.join();
+  EXPECT_EQ(there, "") << "a fresh thread sees another thread's error";
+  EXPECT_EQ(std::string(fa_last_error()), here) << "the error text changed without a call";
+}
+
+}  // namespace

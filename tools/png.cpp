@@ -1,0 +1,211 @@
+// Tools: RGB canvas, 5x7 font and stored-deflate PNG writer (see png.h).
+#include "png.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace cli {
+
+namespace {
+
+// 5x7 glyphs: 7 rows each, bit 4 the leftmost dot.
+constexpr char kGlyphChars[] = " 0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ.,-()/:=+%^*_<>[]'?";
+constexpr uint8_t kGlyphs[][7] = {
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},  // ' '
+    {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E},  // 0
+    {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E},  // 1
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F},  // 2
+    {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E},  // 3
+    {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02},  // 4
+    {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E},  // 5
+    {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E},  // 6
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08},  // 7
+    {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E},  // 8
+    {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C},  // 9
+    {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11},  // A
+    {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E},  // B
+    {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E},  // C
+    {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C},  // D
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F},  // E
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10},  // F
+    {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F},  // G
+    {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11},  // H
+    {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E},  // I
+    {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C},  // J
+    {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11},  // K
+    {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F},  // L
+    {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11},  // M
+    {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11},  // N
+    {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E},  // O
+    {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10},  // P
+    {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D},  // Q
+    {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11},  // R
+    {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E},  // S
+    {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04},  // T
+    {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E},  // U
+    {0x11, 0x11, 0x11, 0x11, 0x0A, 0x0A, 0x04},  // V
+    {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A},  // W
+    {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11},  // X
+    {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04},  // Y
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F},  // Z
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C},  // .
+    {0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08},  // ,
+    {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00},  // -
+    {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02},  // (
+    {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08},  // )
+    {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00},  // /
+    {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00},  // :
+    {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00},  // =
+    {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00},  // +
+    {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03},  // %
+    {0x04, 0x0A, 0x11, 0x00, 0x00, 0x00, 0x00},  // ^
+    {0x00, 0x04, 0x15, 0x0E, 0x15, 0x04, 0x00},  // *
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F},  // _
+    {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02},  // <
+    {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08},  // >
+    {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E},  // [
+    {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E},  // ]
+    {0x04, 0x04, 0x08, 0x00, 0x00, 0x00, 0x00},  // '
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04},  // ?
+};
+static_assert(sizeof(kGlyphChars) - 1 == sizeof(kGlyphs) / sizeof(kGlyphs[0]), "one glyph per char");
+
+const uint8_t* glyph(char ch) {
+  const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const char* at = std::strchr(kGlyphChars, up);
+  if (!at || up == '\0') at = std::strchr(kGlyphChars, '?');
+  return kGlyphs[at - kGlyphChars];
+}
+
+uint32_t crc32(const uint8_t* p, size_t n, uint32_t crc = 0) {
+  static uint32_t table[256];
+  static bool ready = false;
+  if (!ready) {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    ready = true;
+  }
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t adler32(const uint8_t* p, size_t n) {
+  uint32_t a = 1, b = 0;
+  for (size_t i = 0; i < n; ++i) {
+    a = (a + p[i]) % 65521u;
+    b = (b + a) % 65521u;
+  }
+  return (b << 16) | a;
+}
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<uint8_t>(v >> s));
+}
+
+void chunk(std::vector<uint8_t>& png, const char type[4], const std::vector<uint8_t>& data) {
+  put_u32(png, static_cast<uint32_t>(data.size()));
+  const size_t start = png.size();
+  png.insert(png.end(), type, type + 4);
+  png.insert(png.end(), data.begin(), data.end());
+  put_u32(png, crc32(png.data() + start, png.size() - start));
+}
+
+}  // namespace
+
+Canvas::Canvas(int width, int height, Rgb background)
+    : w_(width), h_(height), rgb_(size_t(width) * height * 3) {
+  fill_rect(0, 0, width - 1, height - 1, background);
+}
+
+void Canvas::pixel(int x, int y, Rgb c) {
+  if (x < 0 || y < 0 || x >= w_ || y >= h_) return;
+  uint8_t* p = &rgb_[(size_t(y) * w_ + x) * 3];
+  p[0] = uint8_t(c >> 16);
+  p[1] = uint8_t(c >> 8);
+  p[2] = uint8_t(c);
+}
+
+void Canvas::fill_rect(int x0, int y0, int x1, int y1, Rgb c) {
+  for (int y = y0; y <= y1; ++y)
+    for (int x = x0; x <= x1; ++x) pixel(x, y, c);
+}
+
+void Canvas::line(int x0, int y0, int x1, int y1, Rgb c, int thickness) {
+  const int dx = std::abs(x1 - x0), dy = -std::abs(y1 - y0);
+  const int sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
+  const int lo = -(thickness - 1) / 2, hi = thickness / 2;  // a square brush
+  int err = dx + dy;
+  for (;;) {  // Bresenham
+    fill_rect(x0 + lo, y0 + lo, x0 + hi, y0 + hi, c);
+    if (x0 == x1 && y0 == y1) break;
+    const int e2 = 2 * err;
+    if (e2 >= dy) {
+      err += dy;
+      x0 += sx;
+    }
+    if (e2 <= dx) {
+      err += dx;
+      y0 += sy;
+    }
+  }
+}
+
+void Canvas::text(int x, int y, const std::string& s, Rgb c, int scale) {
+  for (char ch : s) {
+    const uint8_t* g = glyph(ch);
+    for (int row = 0; row < 7; ++row)
+      for (int col = 0; col < 5; ++col)
+        if (g[row] & (0x10 >> col))
+          fill_rect(x + col * scale, y + row * scale, x + col * scale + scale - 1,
+                    y + row * scale + scale - 1, c);
+    x += 6 * scale;
+  }
+}
+
+bool Canvas::write_png(const std::string& path) const {
+  // Raw scanlines: filter byte 0 (none), then RGB.
+  std::vector<uint8_t> raw;
+  raw.reserve(size_t(h_) * (1 + size_t(w_) * 3));
+  for (int y = 0; y < h_; ++y) {
+    raw.push_back(0);
+    raw.insert(raw.end(), rgb_.begin() + size_t(y) * w_ * 3, rgb_.begin() + size_t(y + 1) * w_ * 3);
+  }
+  // zlib: CMF/FLG, stored deflate blocks of at most 65535 bytes, Adler-32 of the raw data.
+  std::vector<uint8_t> z = {0x78, 0x01};
+  for (size_t at = 0; at < raw.size() || at == 0;) {
+    const size_t n = std::min<size_t>(65535, raw.size() - at);
+    const bool last = at + n == raw.size();
+    z.push_back(last ? 1 : 0);  // BFINAL, BTYPE = 00 (stored)
+    z.push_back(uint8_t(n));
+    z.push_back(uint8_t(n >> 8));
+    z.push_back(uint8_t(~n));
+    z.push_back(uint8_t(~n >> 8));
+    z.insert(z.end(), raw.begin() + at, raw.begin() + at + n);
+    at += n;
+    if (last) break;
+  }
+  put_u32(z, adler32(raw.data(), raw.size()));
+
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  std::vector<uint8_t> ihdr;
+  put_u32(ihdr, uint32_t(w_));
+  put_u32(ihdr, uint32_t(h_));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8-bit, RGB, deflate, no filter set, no interlace
+  chunk(png, "IHDR", ihdr);
+  chunk(png, "IDAT", z);
+  chunk(png, "IEND", {});
+
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const bool written = std::fwrite(png.data(), 1, png.size(), f) == png.size();
+  return std::fclose(f) == 0 && written;
+}
+
+}  // namespace cli

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""Benchmark driver: flashattn against its peers, forward and backward, in one process.
+
+GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
+timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul.
+CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
+Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model width fixed
+(heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),
+bwd = 2.5 * fwd. Backward timings cover the backward only (autograd.grad on a kept graph).
+
+    PYTHONPATH=python python3 bench/bench_attn.py --device cuda --json out.json --plot out.png
+    PYTHONPATH=python python3 bench/bench_attn.py --device cpu --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    import flashattn
+except ImportError:
+    sys.path.insert(0, str(ROOT / "python"))
+    import flashattn
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing.
+
+
+def _time_gpu(fn) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def _time_cpu(fn, min_time=0.5, max_runs=25) -> float:
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < min_time and len(times) < max_runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def time_ms(fn, device) -> float:
+    if device == "cuda":
+        fn()  # compiles (FlexAttention) and autotunes outside do_bench's estimate of the call time
+        torch.cuda.synchronize()
+        return _time_gpu(fn)
+    return _time_cpu(fn)
+
+
+def flops(op, B, H, S, D, causal) -> float:
+    f = 4.0 * B * H * S * S * D
+    if causal:
+        f /= 2
+    return f * (2.5 if op == "bwd" else 1.0)
+
+
+def matmul_tflops(device, dtype=torch.bfloat16, n=8192) -> float:
+    """A warmed-up n^3 matmul: the card's practical ceiling for the results file."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    ms = time_ms(lambda: a @ b, device)
+    return 2.0 * n**3 / (ms * 1e-3) / 1e12
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementations. Each maker returns (fwd_fn, bwd_fn) over fresh tensors, or raises.
+
+
+def _bwd_of(run, inputs):
+    """A backward-only timer: the forward runs once here; each call is autograd.grad on its graph."""
+    out = run()
+    dout = torch.randn_like(out)
+
+    def bwd():
+        torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+    return bwd
+
+
+def make_flashattn(q, k, v, causal):
+    def run():
+        return flashattn.flash_attn_func(q, k, v, causal=causal)
+
+    return run, (lambda: _bwd_of(run, (q, k, v)))
+
+
+def _bhsd(q, k, v):
+    return [t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
+
+
+def make_sdpa(backend):
+    def maker(q, k, v, causal):
+        from torch.nn.attention import sdpa_kernel
+
+        qh, kh, vh = _bhsd(q, k, v)
+
+        def run():
+            if backend is None:
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+
+        return run, (lambda: _bwd_of(run, (qh, kh, vh)))
+
+    return maker
+
+
+_FLEX = {}
+
+
+def make_flex(q, k, v, causal):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if "fn" not in _FLEX:
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    qh, kh, vh = _bhsd(q, k, v)
+    S = qh.shape[2]
+    mask = None
+    if causal:
+        mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, S, S, device=q.device)
+
+    def run():
+        return _FLEX["fn"](qh, kh, vh, block_mask=mask)
+
+    return run, (lambda: _bwd_of(run, (qh, kh, vh)))
+
+
+def peers_for(device):
+    if device == "cpu":
+        return {"sdpa_cpu": make_sdpa(None)}
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "sdpa_cudnn": make_sdpa(SDPBackend.CUDNN_ATTENTION),
+        "sdpa_flash": make_sdpa(SDPBackend.FLASH_ATTENTION),
+        "flex": make_flex,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The run.
+
+
+def git_commit() -> str:
+    if os.environ.get("FLASHATTN_COMMIT"):
+        return os.environ["FLASHATTN_COMMIT"]
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def run(args):
+    device = args.device
+    dtype = DTYPES[args.dtype]
+    impls = {"flashattn": make_flashattn}
+    peers = peers_for(device)
+    if args.peers is not None:
+        peers = {k: v for k, v in peers.items() if k in args.peers}
+    impls.update(peers)
+    if device == "cuda":
+        # Each (hdim, seqlen, causal) compiles FlexAttention anew; keep dynamo from giving up.
+        for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                     "accumulated_recompile_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, 4096)
+
+    rows, notes = [], []
+    t_start = time.perf_counter()
+    for hdim in args.hdims:
+        heads = args.width // hdim
+        for causal in args.causal:
+            for S in args.seqlens:
+                B = max(1, args.tokens // S)
+                gen = torch.Generator(device=device).manual_seed(S * 1009 + hdim)
+                q, k, v = (torch.randn(B, S, heads, hdim, device=device, dtype=dtype, generator=gen)
+                           .requires_grad_() for _ in range(3))
+                kernel = flashattn.fwd_kernel_name(q, k, v, causal=causal)
+                ref_out = None
+                for impl, maker in impls.items():
+                    try:
+                        fwd, bwd_maker = maker(q, k, v, causal)
+                        out = fwd()
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        if impl == "flashattn":
+                            ref_out = out.detach().float()
+                        elif ref_out is not None:
+                            o = out.detach().float().transpose(1, 2)  # peers return BHSD
+                            err = (o - ref_out).abs().max().item()
+                            tol = 0.05 if dtype != torch.float32 else 1e-3
+                            if not math.isfinite(err) or err > tol * max(1.0, ref_out.abs().max().item()):
+                                notes.append(f"{impl} hdim={hdim} S={S} causal={causal}: max |diff| to flashattn {err:.3g}")
+                        del out
+                        timed = {}
+                        if "fwd" in args.ops:
+                            timed["fwd"] = time_ms(fwd, device)
+                        if "bwd" in args.ops:
+                            timed["bwd"] = time_ms(bwd_maker(), device)
+                    except Exception as e:  # a peer that cannot run a shape is left out
+                        if impl == "flashattn":
+                            raise
+                        notes.append(f"{impl} hdim={hdim} S={S} causal={causal}: {type(e).__name__}: {str(e)[:160]}")
+                        continue
+                    finally:
+                        if device == "cuda":
+                            torch.cuda.empty_cache()
+                    for op, ms in timed.items():
+                        row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
+                               "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
+                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
+                        if impl == "flashattn":
+                            row["kernel"] = kernel
+                        rows.append(row)
+                    print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
+                          + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
+                del q, k, v
+    return rows, notes, list(impls)
+
+
+def print_table(rows, impls):
+    peers = [i for i in impls if i != "flashattn"]
+    key = lambda r: (r["op"], r["hdim"], r["causal"], r["seqlen"])  # noqa: E731
+    by = {}
+    for r in rows:
+        by.setdefault(key(r), {})[r["impl"]] = r
+    head = ["op", "hdim", "causal", "seqlen", "batch", "heads", "flashattn"] + peers + [f"/{p}" for p in peers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in sorted(by, key=lambda k: (k[0] != "fwd", k[1], k[2], k[3])):
+        cell = by[k]
+        ours = cell.get("flashattn")
+        any_row = next(iter(cell.values()))
+        vals = [k[0], str(k[1]), "yes" if k[2] else "no", str(k[3]), str(any_row["batch"]), str(any_row["heads"])]
+        vals.append(f"{ours['tflops']:.4g}" if ours else "-")
+        for p in peers:
+            vals.append(f"{cell[p]['tflops']:.4g}" if p in cell else "-")
+        for p in peers:
+            vals.append(f"{ours['tflops'] / cell[p]['tflops']:.2f}" if ours and p in cell else "-")
+        lines.append("| " + " | ".join(vals) + " |")
+    print("TFLOP/s (and flashattn / peer):")
+    print("\n".join(lines))
+
+
+def plot(rows, impls, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hdims = sorted({r["hdim"] for r in rows})
+    cols = sorted({(r["op"], r["causal"]) for r in rows}, key=lambda c: (c[0] != "fwd", c[1]))
+    fig, axes = plt.subplots(len(hdims), len(cols), figsize=(4.2 * len(cols), 3.2 * len(hdims)), squeeze=False)
+    for i, h in enumerate(hdims):
+        for j, (op, causal) in enumerate(cols):
+            ax = axes[i][j]
+            for impl in impls:
+                pts = sorted((r["seqlen"], r["tflops"]) for r in rows
+                             if r["hdim"] == h and r["op"] == op and r["causal"] == causal and r["impl"] == impl)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{op} hdim {h} {'causal' if causal else 'non-causal'}", fontsize=9)
+            ax.set_xlabel("seqlen")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default bf16 on cuda, fp32 on cpu")
+    p.add_argument("--hdims", default=None, help="comma list (default 64,128,256; cpu 64,128)")
+    p.add_argument("--seqlens", default=None, help="comma list (default 512..16384; cpu 256..2048)")
+    p.add_argument("--causal", default="0,1", help="comma list of 0/1")
+    p.add_argument("--ops", default="fwd,bwd")
+    p.add_argument("--tokens", type=int, default=None, help="batch * seqlen (default 16384; cpu 2048)")
+    p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
+    p.add_argument("--peers", default=None, help="comma list of peers to run (default all)")
+    p.add_argument("--quick", action="store_true", help="a small subset of the grid")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--json", default=None, help="write the results file (ANCHORS.md format)")
+    p.add_argument("--plot", default=None, help="write TFLOP/s vs seqlen to this PNG")
+    a = p.parse_args(argv)
+    gpu = a.device == "cuda"
+    a.dtype = a.dtype or ("bf16" if gpu else "fp32")
+    if a.quick:
+        a.hdims = a.hdims or ("128" if gpu else "64")
+        a.seqlens = a.seqlens or ("1024,4096,16384" if gpu else "256,1024")
+    a.hdims = [int(x) for x in (a.hdims or ("64,128,256" if gpu else "64,128")).split(",")]
+    a.seqlens = [int(x) for x in (a.seqlens or ("512,1024,2048,4096,8192,16384" if gpu else "256,512,1024,2048"))
+                 .split(",")]
+    a.causal = [bool(int(x)) for x in a.causal.split(",")]
+    a.ops = [x for x in a.ops.split(",") if x]
+    a.tokens = a.tokens or (16384 if gpu else 2048)
+    a.width = a.width or (2048 if gpu else 256)
+    a.peers = None if a.peers is None else [x for x in a.peers.split(",") if x]
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    meta = {"date": datetime.date.today().isoformat(), "commit": git_commit(), "torch": torch.__version__,
+            "flashattn_library": flashattn.library_path()}
+    if args.device == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
+        meta["cudnn"] = torch.backends.cudnn.version()
+        meta["matmul_bf16_tflops"] = round(matmul_tflops("cuda"), 1)
+    else:
+        meta["gpu"] = f"cpu: {cpu_name()} ({torch.get_num_threads()} threads)"
+        meta["cpu_features"] = flashattn.cpu_features()
+        meta[f"matmul_{args.dtype}_tflops"] = round(matmul_tflops("cpu", DTYPES[args.dtype], n=1024), 4)
+    print(json.dumps(meta), file=sys.stderr)
+    rows, notes, impls = run(args)
+    if args.device == "cuda":  # the ceiling again at the end: the card's clocks drift during a run
+        meta["matmul_bf16_tflops_end"] = round(matmul_tflops("cuda"), 1)
+    print()
+    print(f"{meta['gpu']}  torch {meta['torch']}  " + "  ".join(f"{k} {v}" for k, v in meta.items() if "matmul" in k))
+    print_table(rows, impls)
+    for n in notes:
+        print("note:", n)
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1) + "\n")
+    if args.plot:
+        plot(rows, impls, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+"""Python API layer: the torch.library custom ops flashattn::fwd, bwd, varlen_fwd, varlen_bwd.
+
+Each op takes tensors, fills the C params struct with their data pointers and element strides
+and calls libflashattn; outputs and the backward workspace come from torch's allocator, so
+autograd, torch.compile and CUDA-graph capture see ordinary ops. Fake (meta) kernels give
+the same shapes and strides as the real ones. No kernels and no arithmetic of attention here.
+"""
+
+import ctypes
+import math
+
+import torch
+
+from . import _lib
+
+Tensor = torch.Tensor
+
+_DTYPES = {
+    torch.float32: _lib.DTYPE_FP32,
+    torch.float16: _lib.DTYPE_FP16,
+    torch.bfloat16: _lib.DTYPE_BF16,
+}
+_DTYPE_NAMES = "torch.float32, torch.float16 or torch.bfloat16"
+
+# Tests set this: every output the ops allocate is filled with NaN before the library writes it,
+# so a row left unwritten shows. Off in normal use (it costs a pass over the outputs).
+poison_outputs = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation shared by the real and the fake kernels (so torch.compile reports the same errors).
+
+
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def check_qkv(q, k, v, varlen: bool) -> None:
+    """Checks types, dtypes, devices, ranks, shapes and last-dim strides of q, k, v."""
+    for t, n in ((q, "q"), (k, "k"), (v, "v")):
+        _check_tensor(t, n)
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"flashattn: q has dtype {q.dtype}; supported are {_DTYPE_NAMES}")
+    for t, n in ((k, "k"), (v, "v")):
+        if t.dtype != q.dtype:
+            raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share one dtype")
+    for t, n in ((k, "k"), (v, "v")):
+        if t.device != q.device:
+            raise ValueError(f"flashattn: {n} is on {t.device} but q is on {q.device}; q, k and v must be on one device")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"flashattn: tensors on {q.device} are not supported (cpu or cuda)")
+    rank = 3 if varlen else 4
+    layout = "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]"
+    for t, n in ((q, "q"), (k, "k"), (v, "v")):
+        if t.dim() != rank:
+            raise ValueError(f"flashattn: {n} must be a {rank}-d tensor {layout}, got shape {tuple(t.shape)}")
+    if not varlen and not (q.shape[0] == k.shape[0] == v.shape[0]):
+        raise ValueError(
+            f"flashattn: batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"flashattn: k and v must agree in all but the last dimension, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"flashattn: q and k must have the same head_dim, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    hq, hkv = q.shape[-2], k.shape[-2]
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(
+            f"flashattn: the heads of q ({hq}) must be a multiple of the heads of k and v ({hkv})"
+        )
+    for t, n in ((q, "q"), (k, "k"), (v, "v")):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(
+                f"flashattn: {n} must have a contiguous last dimension (stride 1), got strides {tuple(t.stride())}; "
+                f"call {n}.contiguous() or pass a view whose head_dim is innermost"
+            )
+
+
+def check_cu_seqlens(q, cu_q, cu_k, max_q, max_k) -> None:
+    for t, n in ((cu_q, "cu_seqlens_q"), (cu_k, "cu_seqlens_k")):
+        _check_tensor(t, n)
+        if t.dtype != torch.int32:
+            raise TypeError(f"flashattn: {n} must have dtype torch.int32, got {t.dtype}")
+        if t.dim() != 1 or t.shape[0] < 1:
+            raise ValueError(f"flashattn: {n} must be a 1-d tensor of batch + 1 offsets, got shape {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"flashattn: {n} is on {t.device} but q is on {q.device}")
+        if t.shape[0] > 1 and t.stride(0) != 1:
+            raise ValueError(f"flashattn: {n} must be contiguous")
+    if cu_q.shape[0] != cu_k.shape[0]:
+        raise ValueError(
+            f"flashattn: cu_seqlens_q has {cu_q.shape[0]} entries but cu_seqlens_k has {cu_k.shape[0]}; both are batch + 1"
+        )
+    for m, n in ((max_q, "max_seqlen_q"), (max_k, "max_seqlen_k")):
+        if m < 0:
+            raise ValueError(f"flashattn: {n} must be >= 0, got {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Allocation: outputs follow the memory order of the tensor they mirror.
+
+
+def alloc_like(ref: Tensor, shape, dtype=None) -> Tensor:
+    """An uninitialised dense tensor of `shape` laid out in the stride order of `ref`.
+
+    The last dimension stays innermost; the others are ordered as in `ref` (largest stride
+    outermost, ties in index order). So an output mirrors a BSHD or a transposed BHSD input.
+    """
+    n = len(shape)
+    strides = ref.stride()
+    outer = sorted(range(n - 1), key=lambda d: -strides[d])
+    perm = outer + [n - 1]
+    phys = [shape[d] for d in perm]
+    t = torch.empty(phys, dtype=dtype or ref.dtype, device=ref.device)
+    inv = [0] * n
+    for i, d in enumerate(perm):
+        inv[d] = i
+    return t.permute(inv)
+
+
+def grad_input(t: Tensor) -> Tensor:
+    """A gradient as the library reads it: last dim contiguous and no zero (broadcast) strides."""
+    if (t.shape[-1] > 1 and t.stride(-1) != 1) or any(s == 0 and d > 1 for s, d in zip(t.stride(), t.shape)):
+        return t.contiguous()
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# Filling the C structs.
+
+
+def _view(t: Tensor, varlen: bool) -> _lib.FaTensor:
+    s = t.stride()
+    if varlen:
+        return _lib.FaTensor(t.data_ptr(), 0, s[0], s[1], 1)
+    return _lib.FaTensor(t.data_ptr(), s[0], s[1], s[2], 1)
+
+
+def _device(t: Tensor):
+    """(library device ordinal, stream handle) for the tensors' device."""
+    if t.device.type == "cpu":
+        return _lib.DEVICE_CPU, None
+    if not _lib.has_cuda():
+        raise RuntimeError(
+            f"flashattn: got CUDA tensors but {_lib.library_path()} was built without the CUDA backend; "
+            "rebuild it with nvcc on PATH (CMake option FA_CUDA=ON) or pass CPU tensors"
+        )
+    idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return idx, torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+    varlen = cu_q is not None
+    device, stream = _device(q)
+    p = _lib.FaFwdParams()
+    p.struct_size = ctypes.sizeof(_lib.FaFwdParams)
+    p.device = device
+    p.dtype = _DTYPES[q.dtype]
+    p.algorithm = _lib.ALGORITHM_AUTO
+    if varlen:
+        p.batch = cu_q.shape[0] - 1
+        p.seqlen_q, p.seqlen_k = max_q, max_k
+        p.total_q, p.total_k = q.shape[0], k.shape[0]
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+    else:
+        p.batch, p.seqlen_q = q.shape[0], q.shape[1]
+        p.seqlen_k = k.shape[1]
+    p.heads_q, p.heads_kv = q.shape[-2], k.shape[-2]
+    p.head_dim, p.head_dim_v = q.shape[-1], v.shape[-1]
+    p.q, p.k, p.v, p.o = (_view(t, varlen) for t in (q, k, v, out))
+    p.lse = lse.data_ptr()
+    p.scale = scale
+    p.softcap = softcap
+    p.causal = 1 if causal else 0
+    p.deterministic = 1 if det else 0
+    p.window_left, p.window_right = wl, wr
+    p.num_threads = torch.get_num_threads() if device == _lib.DEVICE_CPU else 0
+    return p, stream
+
+
+def _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr):
+    varlen = cu_q is not None
+    out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    if varlen:
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    if poison_outputs:
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+    p, stream = _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, False)
+    _lib.check(_lib.lib().fa_fwd(ctypes.byref(p), stream), "fa_fwd")
+    return out, lse
+
+
+def check_bwd(dout, q, v, out, lse, varlen: bool) -> None:
+    """The backward's extra inputs must match the forward problem (the library reads them blind)."""
+    for t, n in ((dout, "dout"), (out, "out"), (lse, "lse")):
+        _check_tensor(t, n)
+    o_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+    for t, n in ((dout, "dout"), (out, "out")):
+        if tuple(t.shape) != o_shape:
+            raise ValueError(f"flashattn: {n} must have shape {o_shape}, got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {q.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"flashattn: {n} is on {t.device} but q is on {q.device}")
+    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    if tuple(lse.shape) != tuple(lse_shape) or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(
+            f"flashattn: lse must be a torch.float32 tensor of shape {tuple(lse_shape)} on {q.device}, "
+            f"got {lse.dtype} {tuple(lse.shape)} on {lse.device}"
+        )
+    if not lse.is_contiguous():
+        raise ValueError("flashattn: lse must be contiguous")
+    if out.shape[-1] > 1 and out.stride(-1) != 1:
+        raise ValueError(f"flashattn: out must have a contiguous last dimension, got strides {tuple(out.stride())}")
+
+
+def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+    varlen = cu_q is not None
+    check_bwd(dout, q, v, out, lse, varlen)
+    dout = grad_input(dout)
+    dq, dk, dv = alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+    if poison_outputs:
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+    fp, stream = _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
+    b = _lib.FaBwdParams()
+    b.struct_size = ctypes.sizeof(_lib.FaBwdParams)
+    b.fwd = fp
+    b.dout, b.dq, b.dk, b.dv = (_view(t, varlen) for t in (dout, dq, dk, dv))
+    L = _lib.lib()
+    nbytes = ctypes.c_size_t(0)
+    _lib.check(L.fa_bwd_workspace_size(ctypes.byref(b), ctypes.byref(nbytes)), "fa_bwd_workspace_size")
+    workspace = None
+    if nbytes.value > 0:
+        # From torch's caching allocator: stream-ordered, and captured by CUDA graphs.
+        workspace = torch.empty(nbytes.value, dtype=torch.uint8, device=q.device)
+        b.workspace = workspace.data_ptr()
+        b.workspace_size = nbytes.value
+    _lib.check(L.fa_bwd(ctypes.byref(b), stream), "fa_bwd")
+    del workspace
+    return dq, dk, dv
+
+
+def fwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1) -> str:
+    """Name of the kernel family the forward would run for these tensors ("cpu_flash", "sm80", ...)."""
+    check_qkv(q, k, v, varlen=False)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    p, _ = _fill_fwd(q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right, False)
+    L = _lib.lib()
+    _lib.check(L.fa_can_implement_fwd(ctypes.byref(p)), "fa_can_implement_fwd")
+    name = L.fa_fwd_kernel_name(ctypes.byref(p))
+    if name is None:
+        _lib.check(_lib.INTERNAL_ERROR, "fa_fwd_kernel_name")
+    return name.decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# flashattn::fwd / flashattn::bwd (padded BSHD batches).
+
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float,
+    softcap: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor]:
+    """out [B, Sq, Hq, Dv] (strides in q's order) and LSE fp32 [B, Hq, Sq]."""
+    check_qkv(q, k, v, varlen=False)
+    return _run_fwd(q, k, v, None, None, 0, 0, scale, softcap, causal, window_left, window_right)
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, scale, softcap, causal, window_left, window_right, deterministic):
+    check_qkv(q, k, v, varlen=False)
+    out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    scale: float,
+    softcap: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv laid out like q, k, v (dk, dv summed over the query heads of a GQA group)."""
+    check_qkv(q, k, v, varlen=False)
+    return _run_bwd(dout, q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right, deterministic)
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, scale, softcap, causal, window_left, window_right, deterministic):
+    check_qkv(q, k, v, varlen=False)
+    check_bwd(dout, q, v, out, lse, varlen=False)
+    return alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    q, k, v, scale, softcap, causal, wl, wr, det = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.args = (scale, softcap, causal, wl, wr, det)
+    ctx.mark_non_differentiable(lse)
+
+
+def _fwd_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = bwd(grad_input(dout), q, k, v, out, lse, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# flashattn::varlen_fwd / flashattn::varlen_bwd (packed sequences with cu_seqlens).
+
+
+@torch.library.custom_op("flashattn::varlen_fwd", mutates_args=())
+def varlen_fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    softcap: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor]:
+    """out [total_q, Hq, Dv] and LSE fp32 [Hq, total_q]."""
+    check_qkv(q, k, v, varlen=True)
+    check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return _run_fwd(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, window_left, window_right
+    )
+
+
+@varlen_fwd.register_fake
+def _varlen_fwd_fake(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+    check_qkv(q, k, v, varlen=True)
+    check_cu_seqlens(q, cu_q, cu_k, max_q, max_k)
+    out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::varlen_bwd", mutates_args=())
+def varlen_bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    softcap: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    deterministic: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    check_qkv(q, k, v, varlen=True)
+    check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return _run_bwd(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        scale, softcap, causal, window_left, window_right, deterministic,
+    )
+
+
+@varlen_bwd.register_fake
+def _varlen_bwd_fake(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+    check_qkv(q, k, v, varlen=True)
+    check_bwd(dout, q, v, out, lse, varlen=True)
+    return alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+
+
+def _varlen_fwd_setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.args = (max_q, max_k, scale, softcap, causal, wl, wr, det)
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_fwd_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = varlen_bwd(grad_input(dout), q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+varlen_fwd.register_autograd(_varlen_fwd_backward, setup_context=_varlen_fwd_setup_context)
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0

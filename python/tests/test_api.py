@@ -1,0 +1,323 @@
+"""Python tests: the API surface beyond the reference sweep.
+
+Layouts and strides (BHSD without a copy, packed qkv/kv views), return values, gradcheck,
+torch.library.opcheck of the four ops, torch.compile(fullgraph=True), determinism, empty
+problems, and the library-info helpers.
+"""
+
+import pytest
+import torch
+
+import flashattn
+from checks import assert_close
+from reference import attention_ref
+
+
+def _dtype(device):
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+def _hi(device):
+    return torch.float64 if device == "cpu" else torch.float32
+
+
+def _qkv(device, B=2, Sq=17, Sk=23, Hq=4, Hkv=2, D=32, Dv=None, dtype=None, grad=True):
+    dtype = dtype or _dtype(device)
+    Dv = Dv or D
+    q = torch.randn(B, Sq, Hq, D, device=device).to(dtype)
+    k = torch.randn(B, Sk, Hkv, D, device=device).to(dtype)
+    v = torch.randn(B, Sk, Hkv, Dv, device=device).to(dtype)
+    return [t.requires_grad_(grad) for t in (q, k, v)]
+
+
+def test_library_info():
+    assert flashattn.library_path().endswith((".so", ".so.0", ".dylib", ".dll")) or "libflashattn" in flashattn.library_path()
+    assert flashattn.library_version() == "0.1.0"
+    assert isinstance(flashattn.cpu_features(), str)
+    assert flashattn.cuda_device_count() >= 0
+    q, k, v = _qkv("cpu", grad=False)
+    assert flashattn.fwd_kernel_name(q, k, v) in ("cpu_flash", "cpu_reference")
+
+
+def test_bhsd_layout_no_copy(device):
+    """attention(layout='bhsd') reads BHSD through strides and returns BHSD laid out like q."""
+    B, H, S, D = 2, 4, 19, 32
+    dtype = _dtype(device)
+    q = torch.randn(B, H, S, D, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, 2, S + 3, D, device=device, dtype=dtype, requires_grad=True)
+    v = torch.randn(B, 2, S + 3, D, device=device, dtype=dtype, requires_grad=True)
+    out, lse = flashattn.attention(q, k, v, causal=True, layout="bhsd", return_lse=True)
+    assert out.shape == (B, H, S, D) and out.is_contiguous()  # BHSD memory, like q
+    assert lse.shape == (B, H, S)
+    out2 = flashattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+    assert torch.equal(out, out2.transpose(1, 2))
+    ref, ref_lse = attention_ref(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, dtype=_hi(device))
+    if device == "cpu":
+        assert_close("out", out.transpose(1, 2), ref)
+        assert_close("lse", lse, ref_lse)
+    # The gradients come back in the inputs' (BHSD) memory order too.
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert dq.shape == q.shape and dq.is_contiguous() and dk.is_contiguous() and dv.is_contiguous()
+
+
+def test_strided_views(device):
+    """Non-contiguous views with a contiguous last dim run as they are (a slice of a bigger tensor)."""
+    dtype = _dtype(device)
+    big = torch.randn(2, 40, 6, 48, device=device).to(dtype)
+    q = big[:, 3:20, 1:5, :32]  # strides of `big`
+    k = big[:, 10:33, 4:6, 8:40]
+    v = big[:, 5:28, 0:2, 16:48]
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    ref = flashattn.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    assert torch.equal(out, ref)
+
+
+def test_packed_funcs(device):
+    dtype = _dtype(device)
+    qkv = torch.randn(2, 17, 3, 4, 32, device=device).to(dtype).requires_grad_()
+    out = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
+    q, k, v = qkv.detach().unbind(2)
+    assert torch.equal(out, flashattn.flash_attn_func(q, k, v, causal=True))
+    (g,) = torch.autograd.grad(out.sum(), qkv)
+    assert g.shape == qkv.shape and not torch.isnan(g).any()
+
+    kv = torch.randn(2, 23, 2, 2, 32, device=device).to(dtype).requires_grad_()
+    qq = torch.randn(2, 17, 4, 32, device=device).to(dtype)
+    out = flashattn.flash_attn_kvpacked_func(qq, kv, window_size=(4, 4))
+    assert torch.equal(out, flashattn.flash_attn_func(qq, *kv.detach().unbind(2), window_size=(4, 4)))
+
+    cu = torch.tensor([0, 5, 5, 17], dtype=torch.int32, device=device)
+    qkv_v = torch.randn(17, 3, 4, 32, device=device).to(dtype)
+    out = flashattn.flash_attn_varlen_qkvpacked_func(qkv_v, cu, 12, causal=True)
+    q, k, v = qkv_v.unbind(1)
+    assert torch.equal(out, flashattn.flash_attn_varlen_func(q, k, v, cu, cu, 12, 12, causal=True))
+    kv_v = torch.randn(17, 2, 2, 32, device=device).to(dtype)
+    out = flashattn.flash_attn_varlen_kvpacked_func(q, kv_v, cu, cu, 12, 12)
+    assert torch.equal(out, flashattn.flash_attn_varlen_func(q, *kv_v.unbind(1), cu, cu, 12, 12))
+
+
+def test_default_scale_and_explicit(device):
+    q, k, v = _qkv(device, grad=False)
+    a = flashattn.flash_attn_func(q, k, v)
+    b = flashattn.flash_attn_func(q, k, v, softmax_scale=q.shape[-1] ** -0.5)
+    assert torch.equal(a, b)
+    c = flashattn.attention(q, k, v, scale=0.3)
+    ref, _ = attention_ref(q, k, v, scale=0.3, dtype=_hi(device))
+    if device == "cpu":
+        assert_close("out", c, ref)
+
+
+def test_empty_problems(device):
+    dtype = _dtype(device)
+    # batch 0
+    q, k, v = _qkv(device, B=0, grad=True, dtype=dtype)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert out.shape == (0, 17, 4, 32) and lse.shape == (0, 4, 17)
+    # no keys: O = 0, LSE = -inf, gradients 0
+    q, k, v = _qkv(device, Sk=0, grad=True, dtype=dtype)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.isinf(lse).all() and (lse < 0).all()
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == 0 and dv.numel() == 0
+    # no queries
+    q, k, v = _qkv(device, Sq=0, grad=True, dtype=dtype)
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (2, 0, 4, 32)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert torch.equal(dk, torch.zeros_like(dk)) and torch.equal(dv, torch.zeros_like(dv))
+
+
+def test_causal_rows_without_keys(device):
+    """Sq > Sk with a bottom-right causal mask: the first Sq - Sk rows see no key."""
+    q, k, v = _qkv(device, Sq=9, Sk=4, grad=True)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert torch.equal(out[:, :5], torch.zeros_like(out[:, :5]))
+    assert torch.isneginf(lse[:, :, :5]).all() and torch.isfinite(lse[:, :, 5:]).all()
+    dq, _, _ = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert torch.equal(dq[:, :5], torch.zeros_like(dq[:, :5]))
+
+
+def test_deterministic(device):
+    q, k, v = _qkv(device, Sq=64, Sk=64)
+    dout = torch.randn(q.shape[:-1] + (v.shape[-1],), device=device, dtype=q.dtype)
+    runs = []
+    for _ in range(2):
+        out = flashattn.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        runs.append((out,) + torch.autograd.grad(out, (q, k, v), dout))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_lse_not_differentiable():
+    q, k, v = _qkv("cpu")
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert out.requires_grad and not lse.requires_grad
+
+
+def test_grad_of_broadcast_dout(device):
+    """out.sum() gives an expanded (stride 0) gradient: it is made dense before the library reads it."""
+    q, k, v = _qkv(device)
+    out = flashattn.flash_attn_func(q, k, v, deterministic=True)
+    g1 = torch.autograd.grad(out.sum(), (q, k, v))
+    out2 = flashattn.flash_attn_func(q, k, v, deterministic=True)
+    g2 = torch.autograd.grad(out2, (q, k, v), torch.ones_like(out))
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# gradcheck: the library's CPU dtypes stop at fp32, so finite differences run in fp32 with a
+# step and tolerances to match (the fp64 autograd comparison of test_correctness is the tight one).
+
+
+@pytest.mark.filterwarnings("ignore:Input #:UserWarning")
+@pytest.mark.parametrize("feature", ["none", "causal_gqa", "window_softcap", "varlen"])
+def test_gradcheck_fp32(feature):
+    kw = {}
+    if feature == "varlen":
+        cu_q = torch.tensor([0, 3, 3, 8], dtype=torch.int32)
+        cu_k = torch.tensor([0, 4, 6, 11], dtype=torch.int32)
+        q = torch.randn(8, 2, 8, requires_grad=True)
+        k = torch.randn(11, 1, 8, requires_grad=True)
+        v = torch.randn(11, 1, 8, requires_grad=True)
+
+        def fn(q, k, v):
+            return flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 5, causal=True)
+    else:
+        hk = 1 if feature == "causal_gqa" else 2
+        q = torch.randn(1, 5, 2, 8, requires_grad=True)
+        k = torch.randn(1, 6, hk, 8, requires_grad=True)
+        v = torch.randn(1, 6, hk, 8, requires_grad=True)
+        if feature == "causal_gqa":
+            kw = {"causal": True}
+        elif feature == "window_softcap":
+            kw = {"window_size": (2, 1), "softcap": 1.5}
+
+        def fn(q, k, v):
+            return flashattn.flash_attn_func(q, k, v, **kw)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v), eps=1e-3, atol=2e-3, rtol=2e-2, nondet_tol=0.0, fast_mode=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library: opcheck of the four ops, and torch.compile.
+
+
+def _op_inputs(device, varlen):
+    dtype = _dtype(device)
+    if varlen:
+        cu_q = torch.tensor([0, 5, 5, 17], dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0, 7, 10, 23], dtype=torch.int32, device=device)
+        q = torch.randn(17, 4, 32, device=device).to(dtype).requires_grad_()
+        k = torch.randn(23, 2, 32, device=device).to(dtype).requires_grad_()
+        v = torch.randn(23, 2, 16, device=device).to(dtype).requires_grad_()
+        return (q, k, v, cu_q, cu_k, 12, 13, 0.2, 0.0, True, -1, -1, True)
+    q, k, v = _qkv(device, Dv=16)
+    return (q, k, v, 0.2, 1.5, True, 7, -1, True)  # deterministic: opcheck compares reruns
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_opcheck(device, varlen):
+    fwd = torch.ops.flashattn.varlen_fwd.default if varlen else torch.ops.flashattn.fwd.default
+    bwd = torch.ops.flashattn.varlen_bwd.default if varlen else torch.ops.flashattn.bwd.default
+    args = _op_inputs(device, varlen)
+    torch.library.opcheck(fwd, args)
+    q, k, v = args[:3]
+    out, lse = fwd(*args)
+    dout = torch.randn_like(out)
+    bargs = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse) + args[3:]
+    torch.library.opcheck(bwd, bargs)
+
+
+def test_fake_strides_match_real():
+    """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q = torch.randn(2, 4, 9, 32).transpose(1, 2)
+    k = torch.randn(2, 2, 11, 32).transpose(1, 2)
+    v = torch.randn(2, 2, 11, 16).transpose(1, 2)
+    out, lse = torch.ops.flashattn.fwd(q, k, v, 0.1, 0.0, False, -1, -1, False)
+    dout = torch.randn_like(out)
+    grads = torch.ops.flashattn.bwd(dout, q, k, v, out, lse, 0.1, 0.0, False, -1, -1, False)
+    mode = FakeTensorMode()
+    fq, fk, fv, fdout = (mode.from_tensor(t) for t in (q, k, v, dout))
+    with mode:
+        fout, flse = torch.ops.flashattn.fwd(fq, fk, fv, 0.1, 0.0, False, -1, -1, False)
+        fgrads = torch.ops.flashattn.bwd(fdout, fq, fk, fv, fout, flse, 0.1, 0.0, False, -1, -1, False)
+    for real, fake in zip((out, lse) + tuple(grads), (fout, flse) + tuple(fgrads)):
+        assert real.shape == fake.shape and real.stride() == fake.stride() and real.dtype == fake.dtype
+
+
+def _inductor_works():
+    try:
+        torch.compile(lambda x: x * 2 + 1, fullgraph=True)(torch.ones(4))
+        return True, ""
+    except Exception as e:  # no C++ compiler, or a broken toolchain
+        return False, f"inductor cannot compile on this machine: {type(e).__name__}: {str(e)[:200]}"
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph(device, backend):
+    if backend == "inductor":
+        ok, why = _inductor_works()
+        if not ok:
+            pytest.skip(why)
+    torch._dynamo.reset()
+    q, k, v = _qkv(device, B=1, Sq=33, Sk=33)
+    cu = torch.tensor([0, 10, 33], dtype=torch.int32, device=device)
+
+    def f(q, k, v):
+        a = flashattn.flash_attn_func(q, k, v, causal=True, window_size=(8, -1), deterministic=True)
+        b = flashattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bhsd", softcap=3.0,
+                                deterministic=True)
+        c = flashattn.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 23, 23, causal=True, deterministic=True)
+        return (a.float().square().sum() + b.float().sum() + (c.float() * 0.5).sum())
+
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    loss_c = compiled(q, k, v)
+    g_c = torch.autograd.grad(loss_c, (q, k, v))
+    loss_e = f(q, k, v)
+    g_e = torch.autograd.grad(loss_e, (q, k, v))
+    # The same kernels run either way; the losses' reductions may be fused in another order.
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-4, atol=1e-4)
+    tol = dict(rtol=1e-5, atol=1e-5) if device == "cpu" else dict(rtol=2e-2, atol=2e-2)
+    for a, b in zip(g_c, g_e):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_source_tree_discovery(tmp_path):
+    """Without FLASHATTN_LIBRARY, a source tree finds <repo>/build*/src/libflashattn.so, newest
+    first, build/ before the others, sanitizer folders skipped."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pkg = Path(flashattn.__file__).resolve().parent
+    shutil.copytree(pkg, tmp_path / "python" / "flashattn", ignore=shutil.ignore_patterns("lib", "__pycache__"))
+    real = Path(flashattn.library_path()).resolve()
+    for folder, content in (("build-asan", None), ("build-old", real), ("build-new", real)):
+        (tmp_path / folder / "src").mkdir(parents=True)
+        target = tmp_path / folder / "src" / "libflashattn.so"
+        if content is None:
+            target.write_bytes(b"not a library")  # would abort the import if it were tried
+        else:
+            shutil.copyfile(content, target)
+    os.utime(tmp_path / "build-old" / "src" / "libflashattn.so", (1, 1))
+    env = {k: v for k, v in os.environ.items() if k not in ("FLASHATTN_LIBRARY", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "python")
+
+    def found():
+        out = subprocess.run([sys.executable, "-c", "import flashattn; print(flashattn.library_path())"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return Path(out.stdout.strip()).parent.parent.name
+
+    os.utime(tmp_path / "build-asan" / "src" / "libflashattn.so")  # the newest, yet skipped
+    assert found() == "build-new"
+    (tmp_path / "build" / "src").mkdir(parents=True)
+    shutil.copyfile(real, tmp_path / "build" / "src" / "libflashattn.so")
+    os.utime(tmp_path / "build" / "src" / "libflashattn.so", (1, 1))  # the oldest, yet first
+    assert found() == "build"

@@ -1,0 +1,92 @@
+// CUDA backend, common/: online softmax in the log2 domain over mma accumulator fragments.
+// Rows are spread over the 4 lanes of a quad (C layout: c0 c1 row g, c2 c3 row g+8); the
+// row max is reduced across the quad at every step, the row sum only at the end. No memory.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/ptx/math.cuh"
+
+namespace fa::cuda {
+
+// One warp's rows: kMT m16 tiles, each lane holding 2 rows per tile (g and g + 8).
+template <int kMT>
+struct OnlineSoftmax {
+  float row_max[kMT][2];  // m, in score units (before score_log2)
+  float row_sum[kMT][2];  // l, this lane's partial sum of P (quad-reduced in finish())
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[mt][h] = -INFINITY;
+        row_sum[mt][h] = 0.f;
+      }
+    }
+  }
+
+  // S (kMT x kNT tiles) becomes P = exp2(S·score_log2 − m_new·score_log2); O is rescaled.
+  template <int kNT, int kOT>
+  __device__ __forceinline__ void step(float (&s)[kMT][kNT][4], float (&o)[kMT][kOT][4],
+                                       float score_log2) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // m_new = max(m_old, rowmax(S_ij))
+        float m_new = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          m_new = fmaxf(m_new, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        }
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+        // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
+        const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
+        // alpha = exp2(m_old·score_log2 − m_new·score_log2)   (0 on the first visible block)
+        const float alpha = ptx::ex2_approx(row_max[mt][h] * score_log2 - m_scaled);
+        row_max[mt][h] = m_new;
+        // P_ij = exp2(S_ij·score_log2 − m_new·score_log2);  l = alpha·l + rowsum(P_ij)
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = ptx::ex2_approx(fmaf(s[mt][nt][2 * h + e], score_log2, -m_scaled));
+            s[mt][nt][2 * h + e] = pv;
+            sum += pv;
+          }
+        }
+        row_sum[mt][h] = fmaf(row_sum[mt][h], alpha, sum);
+        // O = alpha·O
+#pragma unroll
+        for (int ot = 0; ot < kOT; ++ot) {
+          o[mt][ot][2 * h] *= alpha;
+          o[mt][ot][2 * h + 1] *= alpha;
+        }
+      }
+    }
+  }
+
+  // Quad-reduces l; returns per row 1/l (0 for a row that saw no key) and the natural LSE
+  // = ln2·(m·score_log2 + log2 l)  (−inf for a row that saw no key).
+  __device__ __forceinline__ void finish(float score_log2, float (&inv_l)[kMT][2],
+                                         float (&lse)[kMT][2]) {
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = row_sum[mt][h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const bool seen = l > 0.f;
+        inv_l[mt][h] = seen ? 1.f / l : 0.f;
+        lse[mt][h] = seen ? (row_max[mt][h] * score_log2 + ptx::lg2_approx(l)) * kLn2 : -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace fa::cuda

@@ -1,0 +1,230 @@
+// CUDA backend, launch/: backward dispatch: check_supported_bwd, bwd_workspace_size, bwd.
+// Turns a validated fa::Problem into BwdParams, lays out the workspace, picks the row of
+// launch/kernel_table.h and runs pre -> main -> post on the stream. Host code only.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/launch/kernel_table.h"
+#include "cuda/sm80/bwd_pre_post.h"
+
+namespace fa::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr size_t kWorkspaceAlign = 256;  // each workspace region starts on this boundary
+
+[[noreturn]] void unsupported(const std::string& why) {
+  fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward: " + why);
+}
+
+const char* dtype_name(Dtype t) {
+  return t == Dtype::bf16 ? "bf16" : t == Dtype::f16 ? "fp16" : "fp32";
+}
+
+struct DeviceCaps {
+  int cc = 0;          // major·10 + minor
+  int smem_optin = 0;  // bytes per block
+};
+
+DeviceCaps device_caps(int device) {
+  DeviceCaps caps;
+  int major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&caps.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  caps.cc = major * 10 + minor;
+  return caps;
+}
+
+// 16-byte vector loads and stores (4-byte for dK/dV): each tensor's pointer must be 16-byte
+// aligned and each stride that moves between rows, heads or batches a multiple of 8 elements.
+void check_alignment(const char* name, const Tensor& t, bool rows, bool heads, bool batches) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    unsupported(std::string(name) + " must be 16-byte aligned on the GPU");
+  if ((rows && t.row_stride % 8 != 0) || (heads && t.head_stride % 8 != 0) ||
+      (batches && t.batch_stride % 8 != 0))
+    unsupported(std::string(name) +
+                " strides (row, head, batch) must be multiples of 8 elements (16 bytes) on the GPU");
+}
+
+const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
+  if (p.algorithm == FA_ALGORITHM_REFERENCE) unsupported("the reference algorithm runs on the CPU only");
+  if (p.dtype != Dtype::bf16 && p.dtype != Dtype::f16)
+    unsupported(std::string("dtype ") + dtype_name(p.dtype) + " is not supported (bf16 and fp16 are)");
+  if (caps.cc < 80) unsupported("needs compute capability 8.0 or newer");
+  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0)
+    unsupported("head dims must be multiples of 8 on the GPU (got D = " + std::to_string(p.head_dim) +
+                ", Dv = " + std::to_string(p.head_dim_v) + ")");
+  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  for (const BwdKernelRow* row = kBwdKernels; row->family != nullptr; ++row) {
+    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc) return *row;
+  }
+  unsupported("no compiled kernel serves head dim " + std::to_string(need) + " in " +
+              dtype_name(p.dtype) + " (this build's FA_CUDA_HDIMS)");
+}
+
+size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// Workspace: dQ accumulator fp32 [Hq, rows_q, D] | D = rowsum(dO∘O) fp32 like LSE |
+// deterministic only: int32 counters [B, Hq, q blocks]. Each region 256-byte aligned.
+struct Layout {
+  size_t dq_accum = 0, dsum = 0, locks = 0, total = 0;
+};
+
+Layout layout(const Problem& p, const BwdKernelRow& row) {
+  const size_t rows_q = static_cast<size_t>(p.varlen() ? p.total_q : p.batch * p.seqlen_q);
+  const size_t hq = static_cast<size_t>(p.heads_q);
+  Layout l;
+  l.dq_accum = 0;
+  l.dsum = align_up(l.dq_accum + hq * rows_q * static_cast<size_t>(p.head_dim) * sizeof(float));
+  l.locks = align_up(l.dsum + hq * rows_q * sizeof(float));
+  size_t lock_bytes = 0;
+  if (p.deterministic) {
+    const size_t q_blocks = static_cast<size_t>((p.seqlen_q + row.block_m - 1) / row.block_m);
+    lock_bytes = static_cast<size_t>(p.batch) * hq * q_blocks * sizeof(int);
+  }
+  l.total = align_up(l.locks + lock_bytes);
+  return l;
+}
+
+sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
+  sm80::BwdParams f{};
+  f.q = p.q.data, f.k = p.k.data, f.v = p.v.data, f.o = p.o.data, f.dout = p.dout.data;
+  f.dq = p.dq.data, f.dk = p.dk.data, f.dv = p.dv.data;
+  f.lse = p.lse;
+  f.q_batch_stride = p.q.batch_stride, f.q_row_stride = p.q.row_stride, f.q_head_stride = p.q.head_stride;
+  f.k_batch_stride = p.k.batch_stride, f.k_row_stride = p.k.row_stride, f.k_head_stride = p.k.head_stride;
+  f.v_batch_stride = p.v.batch_stride, f.v_row_stride = p.v.row_stride, f.v_head_stride = p.v.head_stride;
+  f.o_batch_stride = p.o.batch_stride, f.o_row_stride = p.o.row_stride, f.o_head_stride = p.o.head_stride;
+  f.do_batch_stride = p.dout.batch_stride, f.do_row_stride = p.dout.row_stride;
+  f.do_head_stride = p.dout.head_stride;
+  f.dq_batch_stride = p.dq.batch_stride, f.dq_row_stride = p.dq.row_stride, f.dq_head_stride = p.dq.head_stride;
+  f.dk_batch_stride = p.dk.batch_stride, f.dk_row_stride = p.dk.row_stride, f.dk_head_stride = p.dk.head_stride;
+  f.dv_batch_stride = p.dv.batch_stride, f.dv_row_stride = p.dv.row_stride, f.dv_head_stride = p.dv.head_stride;
+  f.batch = static_cast<int>(p.batch);
+  f.seqlen_q = static_cast<int>(p.seqlen_q);
+  f.seqlen_k = static_cast<int>(p.seqlen_k);
+  f.heads_q = static_cast<int>(p.heads_q);
+  f.heads_kv = static_cast<int>(p.heads_kv);
+  f.group = static_cast<int>(p.group());
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.head_dim_v = static_cast<int>(p.head_dim_v);
+  f.rows_q = p.varlen() ? p.total_q : p.batch * p.seqlen_q;
+  f.scale = p.scale;
+  if (p.softcap > 0.f) {
+    f.softcap = p.softcap;
+    f.softcap_in = p.scale / p.softcap;
+    f.score_log2 = kLog2e * p.softcap;  // x = tanh(·)·c·log2e
+  } else {
+    f.score_log2 = p.scale * kLog2e;
+  }
+  f.mask = p.mask;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.total_q = p.total_q;
+  f.num_kv_blocks = static_cast<int>((p.seqlen_k + row.block_n - 1) / row.block_n);
+  f.num_q_blocks = static_cast<int>((p.seqlen_q + row.block_m - 1) / row.block_m);
+  return f;
+}
+
+// The row that runs p and its params (workspace pointers unset); throws NOT_SUPPORTED naming why.
+const BwdKernelRow& prepare(const Problem& p, sm80::BwdParams* params) {
+  const DeviceCaps caps = device_caps(p.device);
+  const BwdKernelRow& row = select_row(p, caps);
+  constexpr int64_t kIntMax = INT32_MAX;
+  if (p.seqlen_q > kIntMax || p.seqlen_k > kIntMax || p.batch > kIntMax || p.heads_q > kIntMax)
+    unsupported("sequence lengths, batch and heads must each be below 2^31");
+  const bool varlen = p.varlen();
+  const bool vb = !varlen && p.batch > 1;
+  check_alignment("q", p.q, varlen || p.seqlen_q > 1, p.heads_q > 1, vb);
+  check_alignment("k", p.k, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
+  check_alignment("v", p.v, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
+  check_alignment("o", p.o, varlen || p.seqlen_q > 1, p.heads_q > 1, vb);
+  check_alignment("dout", p.dout, varlen || p.seqlen_q > 1, p.heads_q > 1, vb);
+  check_alignment("dq", p.dq, varlen || p.seqlen_q > 1, p.heads_q > 1, vb);
+  check_alignment("dk", p.dk, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
+  check_alignment("dv", p.dv, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
+  *params = make_params(p, row);
+  const std::string why = row.can_implement(*params, caps.smem_optin);
+  if (!why.empty()) unsupported(why);
+  return row;
+}
+
+// Stream-ordered scratch the library owns when the caller passes no workspace.
+class AsyncBuffer {
+ public:
+  AsyncBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    FA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+  }
+  ~AsyncBuffer() {
+    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
+  }
+  AsyncBuffer(const AsyncBuffer&) = delete;
+  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+void check_supported_bwd(const Problem& p) {
+  sm80::BwdParams params;
+  (void)prepare(p, &params);
+}
+
+size_t bwd_workspace_size(const Problem& p) {
+  DeviceGuard guard(p.device);
+  sm80::BwdParams params;
+  return layout(p, prepare(p, &params)).total;
+}
+
+void bwd(const Problem& p, void* stream_ptr) {
+  DeviceGuard guard(p.device);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  sm80::BwdParams params;
+  const BwdKernelRow& row = prepare(p, &params);
+  const Layout l = layout(p, row);
+  const bool bf16 = p.dtype == Dtype::bf16;
+  const bool any_q = params.rows_q > 0;
+  const bool any_kv = int64_t(params.num_kv_blocks) * params.heads_kv * params.batch > 0;
+  if (!any_q && !any_kv) return;
+
+  char* ws = static_cast<char*>(p.workspace);
+  AsyncBuffer* owned = nullptr;
+  if (ws == nullptr) {
+    owned = new AsyncBuffer(l.total, stream);
+    ws = static_cast<char*>(owned->get());
+  } else {
+    if (p.workspace_size < l.total)
+      fail(FA_STATUS_INVALID_ARGUMENT, "workspace: " + std::to_string(p.workspace_size) +
+                                           " bytes given, fa_bwd_workspace_size() asks for " +
+                                           std::to_string(l.total));
+    if (reinterpret_cast<uintptr_t>(ws) % 16 != 0)
+      fail(FA_STATUS_INVALID_ARGUMENT, "workspace: must be 16-byte aligned");
+  }
+  struct Owner {  // frees the library's workspace (stream-ordered) however we leave
+    AsyncBuffer* b;
+    ~Owner() { delete b; }
+  } owner{owned};
+
+  params.dq_accum = reinterpret_cast<float*>(ws + l.dq_accum);
+  params.dsum = reinterpret_cast<float*>(ws + l.dsum);
+  params.locks = p.deterministic ? reinterpret_cast<int*>(ws + l.locks) : nullptr;
+  if (p.deterministic && l.total > l.locks)
+    FA_CUDA_CHECK(cudaMemsetAsync(ws + l.locks, 0, l.total - l.locks, stream));
+
+  // D = rowsum(dO∘O) and dQ_accum = 0; then dK, dV and dQ_accum; then dQ.
+  if (any_q) bwd_pre_launch(params, bf16, stream);
+  if (any_kv) row.launch(params, stream);
+  if (any_q) bwd_post_launch(params, bf16, stream);
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,141 @@
+// CUDA backend, launch/: forward dispatch: check_supported_fwd, kernel_name, fwd.
+// Turns a validated fa::Problem into FwdParams, picks the row of launch/kernel_table.h and
+// launches it. Host code only: no kernel code, no re-validation of what the API core checked.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/launch/kernel_table.h"
+
+namespace fa::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+[[noreturn]] void unsupported(const std::string& why) {
+  fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward: " + why);
+}
+
+const char* dtype_name(Dtype t) {
+  return t == Dtype::bf16 ? "bf16" : t == Dtype::f16 ? "fp16" : "fp32";
+}
+
+struct DeviceCaps {
+  int cc = 0;          // major·10 + minor
+  int smem_optin = 0;  // bytes per block
+};
+
+DeviceCaps device_caps(int device) {
+  DeviceCaps caps;
+  int major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&caps.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  caps.cc = major * 10 + minor;
+  return caps;
+}
+
+// 16-byte vector loads and stores: each tensor's pointer must be 16-byte aligned and each
+// stride that moves between rows, heads or batches a multiple of 8 elements.
+void check_alignment(const char* name, const Tensor& t, bool rows, bool heads, bool batches) {
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    unsupported(std::string(name) + " must be 16-byte aligned on the GPU");
+  if ((rows && t.row_stride % 8 != 0) || (heads && t.head_stride % 8 != 0) ||
+      (batches && t.batch_stride % 8 != 0))
+    unsupported(std::string(name) +
+                " strides (row, head, batch) must be multiples of 8 elements (16 bytes) on the GPU");
+}
+
+const FwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
+  if (p.algorithm == FA_ALGORITHM_REFERENCE) unsupported("the reference algorithm runs on the CPU only");
+  if (p.dtype != Dtype::bf16 && p.dtype != Dtype::f16)
+    unsupported(std::string("dtype ") + dtype_name(p.dtype) + " is not supported (bf16 and fp16 are)");
+  if (caps.cc < 80) unsupported("needs compute capability 8.0 or newer");
+  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0)
+    unsupported("head dims must be multiples of 8 on the GPU (got D = " + std::to_string(p.head_dim) +
+                ", Dv = " + std::to_string(p.head_dim_v) + ")");
+  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  for (const FwdKernelRow* row = kFwdKernels; row->family != nullptr; ++row) {
+    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc) return *row;
+  }
+  unsupported("no compiled kernel serves head dim " + std::to_string(need) + " in " +
+              dtype_name(p.dtype) + " (this build's FA_CUDA_HDIMS)");
+}
+
+sm80::FwdParams make_params(const Problem& p, int block_m) {
+  sm80::FwdParams f{};
+  f.q = p.q.data;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.o = p.o.data;
+  f.lse = p.lse;
+  f.q_batch_stride = p.q.batch_stride, f.q_row_stride = p.q.row_stride, f.q_head_stride = p.q.head_stride;
+  f.k_batch_stride = p.k.batch_stride, f.k_row_stride = p.k.row_stride, f.k_head_stride = p.k.head_stride;
+  f.v_batch_stride = p.v.batch_stride, f.v_row_stride = p.v.row_stride, f.v_head_stride = p.v.head_stride;
+  f.o_batch_stride = p.o.batch_stride, f.o_row_stride = p.o.row_stride, f.o_head_stride = p.o.head_stride;
+  f.batch = static_cast<int>(p.batch);
+  f.seqlen_q = static_cast<int>(p.seqlen_q);
+  f.seqlen_k = static_cast<int>(p.seqlen_k);
+  f.heads_q = static_cast<int>(p.heads_q);
+  f.heads_kv = static_cast<int>(p.heads_kv);
+  f.group = static_cast<int>(p.group());
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.head_dim_v = static_cast<int>(p.head_dim_v);
+  if (p.softcap > 0.f) {
+    f.softcap = p.softcap;
+    f.softcap_in = p.scale / p.softcap;
+    f.score_log2 = kLog2e;
+  } else {
+    f.score_log2 = p.scale * kLog2e;
+  }
+  f.mask = p.mask;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.total_q = p.total_q;
+  f.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  return f;
+}
+
+// The row that runs p and its params; throws NOT_SUPPORTED naming the reason.
+const FwdKernelRow& prepare(const Problem& p, sm80::FwdParams* params) {
+  const DeviceCaps caps = device_caps(p.device);
+  const FwdKernelRow& row = select_row(p, caps);
+  constexpr int64_t kIntMax = INT32_MAX;
+  if (p.seqlen_q > kIntMax || p.seqlen_k > kIntMax || p.batch > kIntMax || p.heads_q > kIntMax)
+    unsupported("sequence lengths, batch and heads must each be below 2^31");
+  const bool varlen = p.varlen();
+  check_alignment("q", p.q, varlen || p.seqlen_q > 1, p.heads_q > 1, !varlen && p.batch > 1);
+  check_alignment("k", p.k, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
+  check_alignment("v", p.v, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
+  check_alignment("o", p.o, varlen || p.seqlen_q > 1, p.heads_q > 1, !varlen && p.batch > 1);
+  *params = make_params(p, row.block_m);
+  const std::string why = row.can_implement(*params, caps.smem_optin);
+  if (!why.empty()) unsupported(why);
+  return row;
+}
+
+}  // namespace
+
+void check_supported_fwd(const Problem& p) {
+  sm80::FwdParams params;
+  (void)prepare(p, &params);
+}
+
+const char* kernel_name(const Problem& p) {
+  sm80::FwdParams params;
+  return prepare(p, &params).family;
+}
+
+void fwd(const Problem& p, void* stream) {
+  DeviceGuard guard(p.device);
+  sm80::FwdParams params;
+  const FwdKernelRow& row = prepare(p, &params);
+  if (static_cast<int64_t>(params.num_m_blocks) * params.heads_q * params.batch == 0) return;
+  row.launch(params, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace fa::cuda

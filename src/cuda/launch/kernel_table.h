@@ -1,0 +1,79 @@
+// CUDA backend, launch/: THE one table of compiled kernels (arch × dtype × head dim × direction).
+// Rows exist only for head dims in FA_CUDA_HDIMS (compile definitions FA_CUDA_HDIM_<D>); dispatch
+// picks the smallest compiled head dim >= max(D, Dv). Declarations and data only: no logic.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "api/problem.h"
+#include "cuda/sm80/bwd_config.h"
+#include "cuda/sm80/fwd_config.h"
+
+namespace fa::cuda {
+
+enum class Direction { fwd, bwd };
+
+struct FwdKernelRow {
+  const char* family;  // kernel_name(): "sm80"
+  int min_cc;          // lowest compute capability (major·10 + minor) it runs on
+  Dtype dtype;
+  int head_dim;  // serves D, Dv <= head_dim
+  int block_m;   // query rows per CTA (sizes FwdParams::num_m_blocks)
+  std::string (*can_implement)(const sm80::FwdParams&, int smem_optin);
+  void (*launch)(const sm80::FwdParams&, cudaStream_t);
+};
+
+#define FA_SM80_FWD_ROWS(D)                                                                    \
+  FwdKernelRow{"sm80", 80, Dtype::bf16, D, sm80::kFwdBlockM<D>, &sm80::fwd_can_implement<D, true>, \
+               &sm80::fwd_launch<D, true>},                                                    \
+      FwdKernelRow{"sm80", 80, Dtype::f16, D, sm80::kFwdBlockM<D>,                             \
+                   &sm80::fwd_can_implement<D, false>, &sm80::fwd_launch<D, false>},
+
+// Forward rows, ascending head dim within each family.
+inline const FwdKernelRow kFwdKernels[] = {
+#if defined(FA_CUDA_HDIM_64)
+    FA_SM80_FWD_ROWS(64)
+#endif
+#if defined(FA_CUDA_HDIM_128)
+    FA_SM80_FWD_ROWS(128)
+#endif
+#if defined(FA_CUDA_HDIM_256)
+    FA_SM80_FWD_ROWS(256)
+#endif
+    FwdKernelRow{nullptr, 0, Dtype::f32, 0, 0, nullptr, nullptr}  // end marker
+};
+
+struct BwdKernelRow {
+  const char* family;  // "sm80"
+  int min_cc;          // lowest compute capability (major·10 + minor) it runs on
+  Dtype dtype;
+  int head_dim;  // serves D, Dv <= head_dim
+  int block_n;   // kv rows per CTA (sizes BwdParams::num_kv_blocks)
+  int block_m;   // q rows per inner step (sizes BwdParams::num_q_blocks)
+  std::string (*can_implement)(const sm80::BwdParams&, int smem_optin);
+  void (*launch)(const sm80::BwdParams&, cudaStream_t);
+};
+
+#define FA_SM80_BWD_ROWS(D)                                                                    \
+  BwdKernelRow{"sm80", 80, Dtype::bf16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>,           \
+               &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                 \
+      BwdKernelRow{"sm80", 80, Dtype::f16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>,        \
+                   &sm80::bwd_can_implement<D, false>, &sm80::bwd_launch<D, false>},
+
+// Backward rows (main kernel; pre/post are shared), ascending head dim within each family.
+inline const BwdKernelRow kBwdKernels[] = {
+#if defined(FA_CUDA_HDIM_64)
+    FA_SM80_BWD_ROWS(64)
+#endif
+#if defined(FA_CUDA_HDIM_128)
+    FA_SM80_BWD_ROWS(128)
+#endif
+#if defined(FA_CUDA_HDIM_256)
+    FA_SM80_BWD_ROWS(256)
+#endif
+    BwdKernelRow{nullptr, 0, Dtype::f32, 0, 0, 0, nullptr, nullptr}  // end marker
+};
+
+}  // namespace fa::cuda

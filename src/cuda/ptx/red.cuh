@@ -1,0 +1,34 @@
+// CUDA backend, ptx/: global-memory reductions and the acquire/release flag accesses that
+// order them (red, ld.acquire). One instruction family; thin inline-asm wrappers, per-thread
+// scope. No algorithm here: callers decide which addresses and which order.
+#pragma once
+
+#include <cstdint>
+
+namespace fa::cuda::ptx {
+
+// red.relaxed.gpu.global.add.v2.f32 [addr], {a, b};                       (sm_90+)
+// Below sm_90: two red.global.add.f32 (sm_20+). addr must be 8-byte aligned.
+__device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b)
+               : "memory");
+#else
+  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(addr), "f"(a) : "memory");
+  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;\n" ::"l"(addr + 1), "f"(b) : "memory");
+#endif
+}
+
+// ld.acquire.gpu.global.b32 d, [addr];                                     (sm_70+)
+__device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+// red.release.gpu.global.add.s32 [addr], v;                                (sm_70+)
+__device__ __forceinline__ void red_release_add_gpu(int* addr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
+}  // namespace fa::cuda::ptx

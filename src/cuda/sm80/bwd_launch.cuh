@@ -1,0 +1,34 @@
+// CUDA backend, sm80/: definitions of bwd_can_implement / bwd_launch for one head dim, included
+// by exactly one bwd_hdim*.cu each (so a head dim compiles on its own). No dispatch here.
+#pragma once
+
+#include "cuda/common/check.h"
+#include "cuda/common/kernel_entry.cuh"
+#include "cuda/sm80/bwd_config.h"
+#include "cuda/sm80/bwd_kernel.cuh"
+
+namespace fa::cuda::sm80 {
+
+template <int kHeadDim, bool kIsBf16>
+std::string bwd_can_implement(const BwdParams& p, int smem_optin) {
+  return BwdKernel<kHeadDim, kIsBf16>::can_implement(p, smem_optin);
+}
+
+template <int kHeadDim, bool kIsBf16>
+void bwd_launch(const BwdParams& p, cudaStream_t stream) {
+  using Kernel = BwdKernel<kHeadDim, kIsBf16>;
+  const auto entry = &kernel_entry<Kernel>;
+  constexpr int smem = Kernel::smem_bytes();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  entry<<<Kernel::grid(p), Kernel::block(), smem, stream>>>(p);
+  check_launch("sm80 backward");
+}
+
+}  // namespace fa::cuda::sm80
+
+// Explicit instantiation of both 16-bit types for one head dim.
+#define FA_SM80_BWD_INSTANTIATE(D)                                         \
+  template std::string bwd_can_implement<D, true>(const BwdParams&, int);  \
+  template std::string bwd_can_implement<D, false>(const BwdParams&, int); \
+  template void bwd_launch<D, true>(const BwdParams&, cudaStream_t);       \
+  template void bwd_launch<D, false>(const BwdParams&, cudaStream_t);

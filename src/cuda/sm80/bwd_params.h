@@ -1,0 +1,63 @@
+// CUDA backend, sm80/: the plain parameter block of the backward kernels (pre, main, post).
+// Built once per call by launch/bwd.cu from a validated fa::Problem and passed by value as a
+// __grid_constant__ kernel argument. Plain data only: no pointers to host memory, no logic.
+#pragma once
+
+#include <cstdint>
+
+#include "common/mask.h"
+
+namespace fa::cuda::sm80 {
+
+struct BwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  const float* lse;  // [B, Hq, Sq] (varlen [Hq, total_q]), natural log, -inf: row sees no key
+
+  // Element strides; batch strides are unused with varlen (rows are packed).
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int64_t do_batch_stride, do_row_stride, do_head_stride;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+
+  int batch;
+  int seqlen_q;  // varlen: maximum over sequences
+  int seqlen_k;
+  int heads_q;
+  int heads_kv;
+  int group;  // heads_q / heads_kv
+  int head_dim;
+  int head_dim_v;
+
+  // Workspace (launch/bwd.cu lays it out):
+  float* dq_accum;  // fp32 [Hq, rows_q, head_dim]; rows_q = varlen ? total_q : B·Sq
+  float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
+  int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
+  int64_t rows_q;   // B·Sq, or total_q with varlen
+
+  float scale;       // softmax scale; dS_raw = scale · dS_x multiplies dQ and dK
+  float score_log2;  // scale·log2(e) without softcap; log2(e)·softcap with it
+  float softcap;     // 0: none
+  float softcap_in;  // scale / softcap
+
+  fa::Mask mask;
+
+  const int32_t* cu_seqlens_q;  // varlen when non-null
+  const int32_t* cu_seqlens_k;
+  int64_t total_q;  // varlen: LSE row pitch per head
+
+  int num_kv_blocks;  // ceil(seqlen_k / kBlockN) of the main kernel
+  int num_q_blocks;   // ceil(seqlen_q / kBlockM) of the main kernel (lock pitch)
+};
+
+}  // namespace fa::cuda::sm80

@@ -1,0 +1,158 @@
+// CUDA backend, sm80/: the backward's preprocess (D = rowsum(dO∘O), zeroed fp32 dQ accumulator)
+// and postprocess (dQ = scale · dQ_accum in the storage type and the caller's strides). Memory-
+// bound row kernels, one (row, head) per group of lanes; no attention math, no dispatch here.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.h"
+#include "cuda/common/convert.cuh"
+#include "cuda/sm80/bwd_pre_post.h"
+
+namespace fa::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;  // a memory-bound kernel: any full-occupancy block size
+
+// One task = one (row, head). Lanes of a row: a power of two covering the row's 8-element
+// chunks (at most 32, since D <= 256). Rows and heads are visited head-fastest, so neighbouring
+// groups read neighbouring memory in the BSHD layout.
+struct RowTask {
+  int64_t row;  // packed row: b·Sq + s, or the varlen row
+  int h;
+  int64_t lse_index;
+};
+
+__device__ __forceinline__ RowTask row_task(const sm80::BwdParams& p, int64_t task) {
+  RowTask t;
+  t.h = static_cast<int>(task % p.heads_q);
+  t.row = task / p.heads_q;
+  if (p.cu_seqlens_q != nullptr) {
+    t.lse_index = int64_t(t.h) * p.total_q + t.row;
+  } else {
+    const int64_t b = t.row / p.seqlen_q, s = t.row % p.seqlen_q;
+    t.lse_index = (b * p.heads_q + t.h) * p.seqlen_q + s;
+  }
+  return t;
+}
+
+// Element offset of (row, head) in a [B, S, H, D] tensor with batch stride bs (0 for varlen).
+__device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t row, int h,
+                                              int64_t bs, int64_t rs, int64_t hs) {
+  if (p.cu_seqlens_q != nullptr) return row * rs + h * hs;
+  const int64_t b = row / p.seqlen_q, s = row % p.seqlen_q;
+  return b * bs + s * rs + h * hs;
+}
+
+// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32);  dQ_accum[h, row, :] = 0.
+template <bool kIsBf16>
+__global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
+                                                              int lanes_per_row) {
+  using T = typename Storage<kIsBf16>::type;
+  const int lane_in_row = threadIdx.x % lanes_per_row;
+  const int rows_per_block = kRowThreads / lanes_per_row;
+  const int64_t tasks = p.rows_q * p.heads_q;
+  const int col = lane_in_row * 8;
+  // The loop bound is block-uniform so that every lane reaches the shuffles below.
+  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < tasks;
+       base += int64_t(gridDim.x) * rows_per_block) {
+    const int64_t task = base + threadIdx.x / lanes_per_row;
+    const bool valid = task < tasks;
+    const RowTask t = row_task(p, valid ? task : 0);
+    float acc = 0.f;
+    if (valid && col < p.head_dim_v) {
+      const T* o = static_cast<const T*>(p.o) +
+                   row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + col;
+      const T* d = static_cast<const T*>(p.dout) +
+                   row_offset(p, t.row, t.h, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
+                   col;
+      const uint4 ov = *reinterpret_cast<const uint4*>(o);
+      const uint4 dv = *reinterpret_cast<const uint4*>(d);
+      const uint32_t* o2 = reinterpret_cast<const uint32_t*>(&ov);
+      const uint32_t* d2 = reinterpret_cast<const uint32_t*>(&dv);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 a = unpack2<kIsBf16>(o2[i]), b = unpack2<kIsBf16>(d2[i]);
+        acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+      }
+    }
+    // D = rowsum over the row's lanes (a power-of-two group inside the warp)
+    for (int off = lanes_per_row / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (!valid) continue;
+    if (lane_in_row == 0) p.dsum[t.lse_index] = acc;
+    if (col < p.head_dim) {
+      float4* z = reinterpret_cast<float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.head_dim + col);
+      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
+// dQ[row, h, :] = scale · dQ_accum[h, row, :], rounded to the storage type.
+template <bool kIsBf16>
+__global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_constant__ sm80::BwdParams p,
+                                                               int lanes_per_row) {
+  using T = typename Storage<kIsBf16>::type;
+  const int lane_in_row = threadIdx.x % lanes_per_row;
+  const int rows_per_block = kRowThreads / lanes_per_row;
+  const int64_t tasks = p.rows_q * p.heads_q;
+  const int col = lane_in_row * 8;
+  if (col >= p.head_dim) return;  // no shuffles below: idle lanes may leave
+  for (int64_t task = int64_t(blockIdx.x) * rows_per_block + threadIdx.x / lanes_per_row;
+       task < tasks; task += int64_t(gridDim.x) * rows_per_block) {
+    const RowTask t = row_task(p, task);
+    const float4* a =
+        reinterpret_cast<const float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.head_dim + col);
+    const float4 x = a[0], y = a[1];
+    uint4 out;
+    out.x = pack2<kIsBf16>(x.x * p.scale, x.y * p.scale);
+    out.y = pack2<kIsBf16>(x.z * p.scale, x.w * p.scale);
+    out.z = pack2<kIsBf16>(y.x * p.scale, y.y * p.scale);
+    out.w = pack2<kIsBf16>(y.z * p.scale, y.w * p.scale);
+    T* dq = static_cast<T*>(p.dq) +
+            row_offset(p, t.row, t.h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
+    *reinterpret_cast<uint4*>(dq) = out;
+  }
+}
+
+int lanes_per_row(int dim) {
+  int n = 1;
+  while (n * 8 < dim) n *= 2;
+  return n;
+}
+
+unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
+  const int64_t tasks = p.rows_q * p.heads_q;
+  const int64_t rows_per_block = kRowThreads / lanes;
+  const int64_t want = (tasks + rows_per_block - 1) / rows_per_block;
+  const int64_t cap = int64_t(1) << 20;  // grid-stride beyond this
+  return static_cast<unsigned>(want < cap ? want : cap);
+}
+
+}  // namespace
+
+void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
+  const int dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  const int lanes = lanes_per_row(dim);
+  const unsigned blocks = row_blocks(p, lanes);
+  if (blocks == 0) return;
+  if (bf16)
+    bwd_pre_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  else
+    bwd_pre_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  check_launch("bwd_pre_kernel");
+}
+
+void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
+  const int lanes = lanes_per_row(p.head_dim);
+  const unsigned blocks = row_blocks(p, lanes);
+  if (blocks == 0) return;
+  if (bf16)
+    bwd_post_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  else
+    bwd_post_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  check_launch("bwd_post_kernel");
+}
+
+}  // namespace fa::cuda

@@ -1,0 +1,7 @@
+// CUDA backend, sm80/: forward kernels for head dim 128 (bf16 and fp16), one translation unit so
+// that a developer build of one head dim compiles only this file. Instantiation only.
+#include "cuda/sm80/fwd_launch.cuh"
+
+namespace fa::cuda::sm80 {
+FA_SM80_FWD_INSTANTIATE(128)
+}  // namespace fa::cuda::sm80

@@ -14,6 +14,8 @@
 #include <omp.h>
 #endif
 
+#include "cpu/simd.h"  // the intrinsics headers, when compiled for AVX-512
+
 namespace fa::cpu {
 
 // ---------------------------------------------------------------------------------------------
@@ -210,15 +212,32 @@ constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 namespace fa::cpu {
 
+// d[0..n) = scale · s[0..n) in fp32.
+template <class T>
+inline void convert_row(const T* s, int64_t n, float scale, float* d) {
+  for (int64_t c = 0; c < n; ++c) d[c] = to_float(s[c]) * scale;
+}
+#if defined(__AVX512F__)
+// fp16 through the hardware converter (exact, like to_float), 16 at a time.
+template <>
+inline void convert_row<f16>(const f16* s, int64_t n, float scale, float* d) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c));
+    _mm512_storeu_ps(d + c, _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(scale)));
+  }
+  for (; c < n; ++c) d[c] = to_float(s[c]) * scale;
+}
+#endif
+
 // Copies rows × cols of a strided tile (rows `src_row` elements apart) into a row-major fp32
 // buffer with leading dimension ld >= cols, multiplying by `scale`; columns cols..ld-1 are 0.
 template <class T>
 void load_tile(const T* src, int64_t src_row, int64_t rows, int64_t cols, float scale, float* dst,
                int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + r * src_row;
     float* d = dst + r * ld;
-    for (int64_t c = 0; c < cols; ++c) d[c] = to_float(s[c]) * scale;
+    convert_row(src + r * src_row, cols, scale, d);
     for (int64_t c = cols; c < ld; ++c) d[c] = 0.f;
   }
 }
@@ -233,6 +252,19 @@ void load_tile_transposed(const T* src, int64_t src_row, int64_t rows, int64_t c
   }
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = rows; r < ld; ++r) dst[c * ld + r] = 0.f;
+}
+
+// bf16 rows [rows][cols] (cols even) as the B operand of tile_gemm_bf16 (tile_gemm.h), i.e. the
+// transpose in column pairs: the pair (k, k+1) of row r goes to dst[(k/2)·2·ld + 2r]. Rows
+// rows..ld-1 are 0. A pair is one 32-bit word, so this is a 32-bit transpose.
+inline void pack_pairs_transposed(const bf16* src, int64_t src_row, int64_t rows, int64_t cols,
+                                  uint16_t* dst, int64_t ld) {
+  const int64_t pairs = cols / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* s = src + r * src_row;
+    for (int64_t kk = 0; kk < pairs; ++kk) std::memcpy(dst + 2 * (kk * ld + r), s + 2 * kk, 4);
+  }
+  for (int64_t kk = 0; kk < pairs; ++kk) std::memset(dst + 2 * (kk * ld + rows), 0, size_t(4 * (ld - rows)));
 }
 
 // Asks for a strided tile to be brought into L2 ahead of its use (a hint; never faults).

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_backend.h"
@@ -42,16 +44,18 @@ struct BwdBuffers {
   std::vector<float> s;    // [Bq][Bkp] S, then P
   std::vector<float> dp;   // [Bq][Bkp] dP, then dS (times scale)
   std::vector<float> th;   // [Bq][Bkp] tanh(s/c), softcap only
+  std::vector<uint16_t> ktp, vtp;  // [D/2][Bkp][2], [Dv/2][Bkp][2]: Kᵀ, Vᵀ in bf16 pairs
 };
 
-// Key chunks per (batch, kv head): enough tasks to keep the cores busy (64 at least), at most
-// one per K/V block, and partial dQ buffers within 256 MiB. Depends on the problem only.
+// Key chunks per (batch, kv head): enough tasks for the cores (16 in all, so a causal mask's
+// uneven chunks still balance), at least two K/V blocks per chunk, and the partial dQ buffers
+// within 256 MiB. Depends on the problem only: the summation order must not follow the threads.
 int64_t chunk_count(const Problem& p, int64_t rows, int64_t Dp) {
   const int64_t kv_blocks = (p.seqlen_k + kBwdBk - 1) / kBwdBk;
-  const int64_t want = (64 + p.batch * p.heads_kv - 1) / (p.batch * p.heads_kv);
+  const int64_t want = (16 + p.batch * p.heads_kv - 1) / (p.batch * p.heads_kv);
   const int64_t per_chunk = std::max<int64_t>(1, p.heads_q * rows * Dp * int64_t(sizeof(float)));
-  const int64_t by_memory = std::max<int64_t>(1, (int64_t(256) << 20) / per_chunk);
-  return std::max<int64_t>(1, std::min({want, kv_blocks, by_memory}));
+  const int64_t by_memory = (int64_t(256) << 20) / per_chunk;
+  return std::max<int64_t>(1, std::min({want, kv_blocks / 2, by_memory}));
 }
 
 template <class T>
@@ -66,9 +70,14 @@ void bwd_impl(const Problem& p) {
   const V16 cap = set1(p.softcap * kLog2e);
   const V16 ds_scale = set1(p.scale);
   const int nt = thread_count(p);
+  // bf16 with AVX512-BF16: S = Q·Kᵀ and dP = dO·Vᵀ by exact bf16 products (tile_gemm_bf16),
+  // Q and dO read in place; needs an even inner dimension.
+  constexpr bool kPairs = kHaveBf16Dot && std::is_same_v<T, bf16>;
+  const bool s_pairs = kPairs && D % 2 == 0, dp_pairs = kPairs && Dv % 2 == 0;
 
   // D_i = rowsum(dO_i ∘ O_i), laid out like the LSE.
-  std::vector<float> Dd(size_t(Hq * rows));
+  // Scratch is written before it is read: allocated without initialisation.
+  std::unique_ptr<float[]> Dd(new float[size_t(Hq * rows)]);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t task = 0; task < p.batch * Hq; ++task) {
     const int64_t b = task / Hq, h = task % Hq;
@@ -83,16 +92,22 @@ void bwd_impl(const Problem& p) {
   }
 
   const int64_t NC = chunk_count(p, rows, Dp);
-  std::vector<float> dq_part(size_t(NC * Hq * rows * Dp));
+  std::unique_ptr<float[]> dq_part(new float[size_t(NC * Hq * rows * Dp)]);
   auto dq_rows = [&](int64_t c, int64_t h, int64_t row) {
-    return dq_part.data() + ((c * Hq + h) * rows + row) * Dp;
+    return dq_part.get() + ((c * Hq + h) * rows + row) * Dp;
   };
 
   constexpr int64_t Bkp = round_up(kBwdBk, kLanes);
   std::vector<BwdBuffers> bufs(static_cast<size_t>(nt));
   for (auto& bf : bufs) {
-    bf.kt.resize(size_t(D * Bkp));
-    bf.vt.resize(size_t(Dv * Bkp));
+    if (s_pairs)
+      bf.ktp.resize(size_t(D * Bkp));
+    else
+      bf.kt.resize(size_t(D * Bkp));
+    if (dp_pairs)
+      bf.vtp.resize(size_t(Dv * Bkp));
+    else
+      bf.vt.resize(size_t(Dv * Bkp));
     bf.k.resize(size_t(kBwdBk * Dp));
     bf.dk.resize(size_t(kBwdBk * Dp));
     bf.dv.resize(size_t(kBwdBk * Dvp));
@@ -120,8 +135,12 @@ void bwd_impl(const Problem& p) {
       const int64_t j0 = kbi * kBwdBk, bk = std::min(kBwdBk, s.sk - j0), j1 = j0 + bk;
       const T* k = row_ptr<const T>(p, p.k, b, s.k_row0, j0, hk);
       const T* v = row_ptr<const T>(p, p.v, b, s.k_row0, j0, hk);
-      load_tile_transposed(k, p.k.row_stride, bk, D, 1.f, bf.kt.data(), Bkp);
-      load_tile_transposed(v, p.v.row_stride, bk, Dv, 1.f, bf.vt.data(), Bkp);
+      if constexpr (kPairs) {
+        if (s_pairs) pack_pairs_transposed(k, p.k.row_stride, bk, D, bf.ktp.data(), Bkp);
+        if (dp_pairs) pack_pairs_transposed(v, p.v.row_stride, bk, Dv, bf.vtp.data(), Bkp);
+      }
+      if (!s_pairs) load_tile_transposed(k, p.k.row_stride, bk, D, 1.f, bf.kt.data(), Bkp);
+      if (!dp_pairs) load_tile_transposed(v, p.v.row_stride, bk, Dv, 1.f, bf.vt.data(), Bkp);
       load_tile(k, p.k.row_stride, bk, D, 1.f, bf.k.data(), Dp);
       std::fill(bf.dk.begin(), bf.dk.end(), 0.f);
       std::fill(bf.dv.begin(), bf.dv.end(), 0.f);
@@ -135,15 +154,31 @@ void bwd_impl(const Problem& p) {
           if (p.mask.key_end(il, s.sq, s.sk) <= j0) continue;
           const bool full = p.mask.key_begin(il, s.sq, s.sk) <= j0 && p.mask.key_end(i0, s.sq, s.sk) >= j1;
 
-          load_tile(row_ptr<const T>(p, p.q, b, s.q_row0, i0, h), p.q.row_stride, bq, D, 1.f, bf.q.data(), Dp);
-          load_tile(row_ptr<const T>(p, p.dout, b, s.q_row0, i0, h), p.dout.row_stride, bq, Dv, 1.f,
-                    bf.dout.data(), Dvp);
+          const T* q = row_ptr<const T>(p, p.q, b, s.q_row0, i0, h);
+          const T* dout = row_ptr<const T>(p, p.dout, b, s.q_row0, i0, h);
+          load_tile(q, p.q.row_stride, bq, D, 1.f, bf.q.data(), Dp);
+          load_tile(dout, p.dout.row_stride, bq, Dv, 1.f, bf.dout.data(), Dvp);
+          // The next Q block's Q, dO and partial dQ stream into L2 while this one is computed.
+          if (i0 + bq < s.sq) {
+            const int64_t nq = std::min(kBwdBq, s.sq - i0 - bq);
+            prefetch_tile(row_ptr<const T>(p, p.q, b, s.q_row0, i0 + bq, h), p.q.row_stride, nq, D);
+            prefetch_tile(row_ptr<const T>(p, p.dout, b, s.q_row0, i0 + bq, h), p.dout.row_stride, nq, Dv);
+            prefetch_tile(dq_rows(c, h, s.q_row0 + i0 + bq), Dp, nq, Dp);
+          }
 
           float* sp = bf.s.data();
           float* dp = bf.dp.data();
           // S = Q·Kᵀ;  dP = dO·Vᵀ   [bq][Bkp]
-          tile_gemm<Accum::store>(bq, Bkp, D, bf.q.data(), Dp, 1, bf.kt.data(), Bkp, sp, Bkp);
-          tile_gemm<Accum::store>(bq, Bkp, Dv, bf.dout.data(), Dvp, 1, bf.vt.data(), Bkp, dp, Bkp);
+          if (s_pairs)
+            tile_gemm_bf16(bq, Bkp, D, reinterpret_cast<const uint16_t*>(q), p.q.row_stride, bf.ktp.data(),
+                           2 * Bkp, sp, Bkp);
+          else
+            tile_gemm<Accum::store>(bq, Bkp, D, bf.q.data(), Dp, 1, bf.kt.data(), Bkp, sp, Bkp);
+          if (dp_pairs)
+            tile_gemm_bf16(bq, Bkp, Dv, reinterpret_cast<const uint16_t*>(dout), p.dout.row_stride,
+                           bf.vtp.data(), 2 * Bkp, dp, Bkp);
+          else
+            tile_gemm<Accum::store>(bq, Bkp, Dv, bf.dout.data(), Dvp, 1, bf.vt.data(), Bkp, dp, Bkp);
 
           for (int64_t r = 0; r < bq; ++r) {
             const int64_t idx = lse_index(p, s, b, h, i0 + r);

@@ -25,7 +25,8 @@ using namespace simd;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct FwdBuffers {
-  std::vector<float> qt;     // [D][Bq]   Q block transposed, pre-scaled
+  std::vector<float> qt;     // [D][Bq]   Q block transposed
+  std::vector<uint16_t> qp;  // [D/2][Bq][2] the same in bf16 pairs (bf16 path)
   std::vector<float> k;      // [Bk][D]   K block
   std::vector<float> v;      // [Bk][Dvp] V block, columns padded with 0
   std::vector<float> st;     // [Bk][Bq]  Sᵀ, then Pᵀ
@@ -44,14 +45,21 @@ void fwd_impl(const Problem& p) {
   const int64_t bh = p.batch * p.heads_q;
   const int64_t tasks = nqb * bh;
   const bool softcap = p.softcap > 0;
-  // Scores in log2 units: s' = log2(e)·scale·q·k, or with softcap c: s' = c·log2(e)·tanh(scale·q·k / c).
-  const float q_scale = softcap ? p.scale / p.softcap : p.scale * kLog2e;
+  // Scores in log2 units, s' = f·S with S = K·Qᵀ: f = log2(e)·scale; with softcap c the pass
+  // after the GEMM sets S = c·log2(e)·tanh(scale·S / c) and f = 1.
+  const V16 f = set1(softcap ? 1.f : p.scale * kLog2e);
+  const V16 cap_in = set1(softcap ? p.scale / p.softcap : 0.f);
   const V16 cap = set1(p.softcap * kLog2e);
-
+  // bf16 with AVX512-BF16: S = K·Qᵀ by exact bf16 products (tile_gemm_bf16), K read in place.
+  constexpr bool kPairs = kHaveBf16Dot && std::is_same_v<T, bf16>;
+  const bool pairs = kPairs && D % 2 == 0;
   const int nt = thread_count(p);
   std::vector<FwdBuffers> bufs(static_cast<size_t>(nt));
   for (auto& bf : bufs) {
-    bf.qt.resize(size_t(D * kFwdBq));
+    if (pairs)
+      bf.qp.resize(size_t(D * kFwdBq));
+    else
+      bf.qt.resize(size_t(D * kFwdBq));
     bf.k.resize(size_t(kFwdBk * D));
     bf.v.resize(size_t(kFwdBk * Dvp));
     bf.st.resize(size_t(kFwdBk * kFwdBq));
@@ -77,7 +85,10 @@ void fwd_impl(const Problem& p) {
     const T* v = row_ptr<const T>(p, p.v, b, s.k_row0, 0, hk);
     T* o = row_ptr<T>(p, p.o, b, s.q_row0, i0, h);
 
-    load_tile_transposed(q, p.q.row_stride, bq, D, q_scale, bf.qt.data(), kFwdBq);
+    if constexpr (kPairs) {
+      if (pairs) pack_pairs_transposed(q, p.q.row_stride, bq, D, bf.qp.data(), kFwdBq);
+    }
+    if (!pairs) load_tile_transposed(q, p.q.row_stride, bq, D, 1.f, bf.qt.data(), kFwdBq);
     for (int64_t r = 0; r < kFwdBq; ++r) {
       bf.m[size_t(r)] = -kInf;
       bf.l[size_t(r)] = 0.f;
@@ -94,34 +105,40 @@ void fwd_impl(const Problem& p) {
       // Every row sees every key of the block: no element mask.
       const bool full = bf.kb[size_t(bq - 1)] <= j0 && bf.ke[0] >= j0 + bk;
 
-      // K is only broadcast from (the A operand): fp32 K is read in place, other types converted.
-      const float* kf = nullptr;
-      int64_t ldk = D;
-      if constexpr (std::is_same_v<T, float>) {
-        kf = k + j0 * p.k.row_stride;
-        ldk = p.k.row_stride;
-      } else {
-        load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.k.data(), D);
-        kf = bf.k.data();
+      // Sᵀ = K·Qᵀ   [bk][Bq]. K is only broadcast from (the A operand): fp32 and bf16-pair K
+      // are read in place, other types converted first.
+      if constexpr (kPairs) {
+        if (pairs)
+          tile_gemm_bf16(bk, kFwdBq, D, reinterpret_cast<const uint16_t*>(k + j0 * p.k.row_stride),
+                         p.k.row_stride, bf.qp.data(), 2 * kFwdBq, bf.st.data(), kFwdBq);
+      }
+      if (!pairs) {
+        const float* kf;
+        int64_t ldk = D;
+        if constexpr (std::is_same_v<T, float>) {
+          kf = k + j0 * p.k.row_stride;
+          ldk = p.k.row_stride;
+        } else {
+          load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.k.data(), D);
+          kf = bf.k.data();
+        }
+        tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq);
       }
       load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.v.data(), Dvp);
       // The next K/V block streams into L2 while this one is computed (K/V of a head is
-      // larger than L2 at long S: without this the copies above stall on L3).
+      // larger than L2 at long S: without this the copies stall on L3).
       if (j0 + bk < kend) {
         const int64_t nk = std::min(kFwdBk, kend - j0 - bk);
         prefetch_tile(k + (j0 + bk) * p.k.row_stride, p.k.row_stride, nk, D);
         prefetch_tile(v + (j0 + bk) * p.v.row_stride, p.v.row_stride, nk, Dv);
       }
 
-      // Sᵀ = K·Qᵀ   [bk][Bq]
-      tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq);
-
       float* st = bf.st.data();
       if (softcap) {
         // s' = c·log2(e)·tanh(s/c)
         for (int64_t j = 0; j < bk; ++j)
           for (int64_t g = 0; g < kFwdBq; g += kLanes)
-            store(st + j * kFwdBq + g, cap * simd::tanh(load(st + j * kFwdBq + g)));
+            store(st + j * kFwdBq + g, cap * simd::tanh(load(st + j * kFwdBq + g) * cap_in));
       }
       if (!full) {
         for (int64_t r = 0; r < kFwdBq; ++r) {
@@ -137,20 +154,21 @@ void fwd_impl(const Problem& p) {
         }
       }
 
-      // Online softmax, 16 queries at a time:
+      // Online softmax, 16 queries at a time (s' = f·S, f > 0):
       //   m_new = max(m_old, max_j s'_j);  alpha = 2^(m_old − m_new);  P_j = 2^(s'_j − m_new)
       //   l_new = alpha·l_old + Σ_j P_j
       for (int64_t g = 0; g < kFwdBq; g += kLanes) {
         const V16 m_old = load(&bf.m[size_t(g)]);
-        V16 mx = m_old;
-        for (int64_t j = 0; j < bk; ++j) mx = max(mx, load(st + j * kFwdBq + g));
+        V16 smax = set1(-kInf);
+        for (int64_t j = 0; j < bk; ++j) smax = max(smax, load(st + j * kFwdBq + g));
+        const V16 mx = max(m_old, smax * f);
         // A query that has seen no key yet keeps m = -inf; subtract 0 instead (P stays 0).
         const V16 m_use = keep_if_eq(zero(), mx, set1(-kInf), mx);
         const V16 al = exp2(m_old - m_use);
         V16 sum = zero();
         for (int64_t j = 0; j < bk; ++j) {
           float* sj = st + j * kFwdBq + g;
-          const V16 pj = exp2(load(sj) - m_use);
+          const V16 pj = exp2(fma(load(sj), f, zero() - m_use));
           store(sj, pj);
           sum = sum + pj;
         }

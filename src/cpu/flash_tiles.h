@@ -13,8 +13,8 @@ constexpr int64_t kFwdBq = 192;
 constexpr int64_t kFwdBk = 96;
 
 // Backward: keys per block (rows of dK/dV kept per thread) and queries per block.
-constexpr int64_t kBwdBk = 64;
-constexpr int64_t kBwdBq = 64;
+constexpr int64_t kBwdBk = 96;
+constexpr int64_t kBwdBq = 96;
 
 static_assert(kFwdBq % simd::kLanes == 0 && kBwdBq % simd::kLanes == 0, "query blocks are lanes");
 

@@ -13,22 +13,33 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// Scores of one (sequence, query head): s_raw = scale·q·k; s = c·tanh(s_raw/c) with softcap;
-// masked entries -inf. Also returns t = tanh(s_raw/c) (for the backward's chain rule).
+// Rows [0, n) of one head of a strided tensor, widened to fp64 and packed [n][dim].
 template <class T>
-void scores(const Problem& p, const Seq& sq, int64_t b, int64_t h, std::vector<double>& S,
-            std::vector<double>& tanh_out) {
-  const int64_t hk = h / p.group();
+void load_rows(const Problem& p, const Tensor& t, int64_t b, int64_t row0, int64_t n, int64_t h, int64_t dim,
+               std::vector<double>& out) {
+  out.resize(size_t(n * dim));
+  for (int64_t i = 0; i < n; ++i) {
+    const T* src = row_ptr<const T>(p, t, b, row0, i, h);
+    for (int64_t d = 0; d < dim; ++d) out[size_t(i * dim + d)] = double(to_float(src[d]));
+  }
+}
+
+// Scores of one (sequence, query head) from packed Q [sq][D] and K [sk][D]:
+// s_raw = scale·q·k; s = c·tanh(s_raw/c) with softcap; masked entries -inf.
+// Also returns t = tanh(s_raw/c) (for the backward's chain rule).
+void scores(const Problem& p, const Seq& sq, const std::vector<double>& Q, const std::vector<double>& K,
+            std::vector<double>& S, std::vector<double>& tanh_out) {
+  const int64_t D = p.head_dim;
   const double c = p.softcap;
   S.assign(size_t(sq.sq * sq.sk), kNegInf);
   if (c > 0) tanh_out.assign(size_t(sq.sq * sq.sk), 0.0);
   for (int64_t i = 0; i < sq.sq; ++i) {
-    const T* q = row_ptr<const T>(p, p.q, b, sq.q_row0, i, h);
+    const double* q = Q.data() + i * D;
     for (int64_t j = 0; j < sq.sk; ++j) {
       if (!p.mask.visible(i, j, sq.sq, sq.sk)) continue;
-      const T* k = row_ptr<const T>(p, p.k, b, sq.k_row0, j, hk);
+      const double* k = K.data() + j * D;
       double dot = 0;
-      for (int64_t d = 0; d < p.head_dim; ++d) dot += double(to_float(q[d])) * double(to_float(k[d]));
+      for (int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
       double s = double(p.scale) * dot;
       if (c > 0) {
         const double t = std::tanh(s / c);
@@ -68,12 +79,15 @@ void fwd_impl(const Problem& p) {
   ExceptionSlot slot;
 #pragma omp parallel num_threads(thread_count(p))
   {
-    std::vector<double> S, tanh_s, lse, acc;
+    std::vector<double> S, tanh_s, lse, acc, Q, K, V;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) slot.run([&] {
       const int64_t b = task / p.heads_q, h = task % p.heads_q, hk = h / p.group();
       const Seq sq = sequence(p, b);
-      scores<T>(p, sq, b, h, S, tanh_s);
+      load_rows<T>(p, p.q, b, sq.q_row0, sq.sq, h, p.head_dim, Q);
+      load_rows<T>(p, p.k, b, sq.k_row0, sq.sk, hk, p.head_dim, K);
+      load_rows<T>(p, p.v, b, sq.k_row0, sq.sk, hk, Dv, V);
+      scores(p, sq, Q, K, S, tanh_s);
       softmax_rows(sq.sq, sq.sk, S, lse);
       acc.assign(size_t(Dv), 0.0);
       for (int64_t i = 0; i < sq.sq; ++i) {
@@ -82,8 +96,8 @@ void fwd_impl(const Problem& p) {
         for (int64_t j = 0; j < sq.sk; ++j) {
           const double pij = S[size_t(i * sq.sk + j)];
           if (pij == 0) continue;
-          const T* v = row_ptr<const T>(p, p.v, b, sq.k_row0, j, hk);
-          for (int64_t d = 0; d < Dv; ++d) acc[size_t(d)] += pij * double(to_float(v[d]));
+          const double* v = V.data() + j * Dv;
+          for (int64_t d = 0; d < Dv; ++d) acc[size_t(d)] += pij * v[d];
         }
         T* o = row_ptr<T>(p, p.o, b, sq.q_row0, i, h);
         for (int64_t d = 0; d < Dv; ++d) o[d] = from_float<T>(float(acc[size_t(d)]));
@@ -102,37 +116,41 @@ void bwd_impl(const Problem& p) {
   ExceptionSlot slot;
 #pragma omp parallel num_threads(thread_count(p))
   {
-    std::vector<double> S, tanh_s, lse, dP, dK, dV, dq;
+    std::vector<double> S, tanh_s, lse, dP, dK, dV, dq, Q, K, V, dO;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) slot.run([&] {
       const int64_t b = task / p.heads_kv, hk = task % p.heads_kv;
       const Seq sq = sequence(p, b);
+      load_rows<T>(p, p.k, b, sq.k_row0, sq.sk, hk, D, K);
+      load_rows<T>(p, p.v, b, sq.k_row0, sq.sk, hk, Dv, V);
       dK.assign(size_t(sq.sk * D), 0.0);
       dV.assign(size_t(sq.sk * Dv), 0.0);
       dq.assign(size_t(D), 0.0);
       for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-        scores<T>(p, sq, b, h, S, tanh_s);
+        load_rows<T>(p, p.q, b, sq.q_row0, sq.sq, h, D, Q);
+        load_rows<T>(p, p.dout, b, sq.q_row0, sq.sq, h, Dv, dO);
+        scores(p, sq, Q, K, S, tanh_s);
         softmax_rows(sq.sq, sq.sk, S, lse);  // S now holds P
         dP.assign(size_t(sq.sk), 0.0);
         for (int64_t i = 0; i < sq.sq; ++i) {
-          const T* dout = row_ptr<const T>(p, p.dout, b, sq.q_row0, i, h);
-          const T* q = row_ptr<const T>(p, p.q, b, sq.q_row0, i, h);
+          const double* dout = dO.data() + i * Dv;
+          const double* q = Q.data() + i * D;
           const double* P = S.data() + i * sq.sk;
           // dP_ij = dO_i · V_j;  D_i = sum_j P_ij dP_ij
           double Di = 0;
           for (int64_t j = 0; j < sq.sk; ++j) {
             dP[size_t(j)] = 0;
             if (P[j] == 0) continue;
-            const T* v = row_ptr<const T>(p, p.v, b, sq.k_row0, j, hk);
+            const double* v = V.data() + j * Dv;
             double s = 0;
-            for (int64_t d = 0; d < Dv; ++d) s += double(to_float(dout[d])) * double(to_float(v[d]));
+            for (int64_t d = 0; d < Dv; ++d) s += dout[d] * v[d];
             dP[size_t(j)] = s;
             Di += P[j] * s;
           }
           std::fill(dq.begin(), dq.end(), 0.0);
           for (int64_t j = 0; j < sq.sk; ++j) {
             if (P[j] == 0) continue;
-            const T* k = row_ptr<const T>(p, p.k, b, sq.k_row0, j, hk);
+            const double* k = K.data() + j * D;
             // dS = P ∘ (dP − D); softcap: dS_raw = dS · (1 − tanh²)
             double ds = P[j] * (dP[size_t(j)] - Di);
             if (p.softcap > 0) {
@@ -141,11 +159,13 @@ void bwd_impl(const Problem& p) {
             }
             ds *= double(p.scale);
             // dQ_i += scale·dS_ij K_j;  dK_j += scale·dS_ij Q_i;  dV_j += P_ij dO_i
+            double* dk = dK.data() + j * D;
+            double* dv = dV.data() + j * Dv;
             for (int64_t d = 0; d < D; ++d) {
-              dq[size_t(d)] += ds * double(to_float(k[d]));
-              dK[size_t(j * D + d)] += ds * double(to_float(q[d]));
+              dq[size_t(d)] += ds * k[d];
+              dk[d] += ds * q[d];
             }
-            for (int64_t d = 0; d < Dv; ++d) dV[size_t(j * Dv + d)] += P[j] * double(to_float(dout[d]));
+            for (int64_t d = 0; d < Dv; ++d) dv[d] += P[j] * dout[d];
           }
           T* dqp = row_ptr<T>(p, p.dq, b, sq.q_row0, i, h);
           for (int64_t d = 0; d < D; ++d) dqp[d] = from_float<T>(float(dq[size_t(d)]));

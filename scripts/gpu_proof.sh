@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# GPU proof run, for a machine with an NVIDIA GPU and a CUDA build of the project in $BUILD.
+# Runs the steps named on the command line (default: all), each with its own log under $OUT:
+#   checks     the CUDA check programs: correctness vs the CPU reference, determinism, 2^31 offsets
+#   sanitize   compute-sanitizer memcheck, racecheck and initcheck on small awkward shapes
+#   python     the pytest suite's GPU cases (the `gpu` marker)
+#   cli        flashattn info, check --device cuda, demo (with its memory chart)
+#   bench      bench/bench_attn.py on the ANCHORS grid against SDPA's FLASH and cuDNN backends
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-/tmp/flashattn-proof}
+mkdir -p "$OUT"
+export FLASHATTN_LIBRARY=$PWD/$BUILD/src/libflashattn.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+export FA_AWKWARD_SHAPES=$PWD/tests/awkward_shapes.txt
+export LD_LIBRARY_PATH=$PWD/$BUILD/src:${LD_LIBRARY_PATH:-}
+steps=${*:-checks sanitize python cli bench}
+failed=()
+
+# step NAME SECONDS CMD...: runs CMD with a time limit, its output in $OUT/NAME.log.
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-90)"
+  [ "$rc" = 0 ] || failed+=("$name")
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
+for s in $steps; do
+  case $s in
+    checks)
+      step check_fwd_correct 240 "$BUILD/tests/cuda/check_fwd" correct "$FA_AWKWARD_SHAPES"
+      step check_fwd_determinism 120 "$BUILD/tests/cuda/check_fwd" determinism
+      step check_fwd_bigoffset 60 "$BUILD/tests/cuda/check_fwd" bigoffset
+      step check_bwd_check 240 "$BUILD/tests/cuda/check_bwd" check
+      step check_bwd_determinism 120 "$BUILD/tests/cuda/check_bwd" determinism ;;
+    sanitize)
+      for tool in memcheck racecheck initcheck; do
+        step "sanitize_fwd_$tool" 180 compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_fwd" sanitize
+        FA_CHECK_SHAPE=len17,d_lt_dv,d256_dv8 step "sanitize_bwd_$tool" 180 \
+          compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_bwd" small
+      done ;;
+    python)
+      step pytest_gpu 240 python3 -m pytest -q -m gpu python/tests ;;
+    cli)
+      step cli_info 30 "$BUILD/tools/flashattn" info
+      step cli_check 120 "$BUILD/tools/flashattn" check --device cuda
+      step cli_demo 180 "$BUILD/tools/flashattn" demo --plot "$OUT/demo-memory.png" ;;
+    bench)
+      step bench 300 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
+        --json "$OUT/$(date +%F)-h200-sm80.json" --plot "$OUT/bench.png" ;;
+    *) echo "unknown step: $s"; failed+=("$s") ;;
+  esac
+done
+[ ${#failed[@]} = 0 ] && echo "all steps passed" || { echo "failed: ${failed[*]}"; exit 1; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU proof run, for a machine with an NVIDIA GPU and a CUDA build of the project in $BUILD.
+# Pass FLASHATTN_COMMIT=<sha> where the tree has no .git, so results name their commit.
 # Runs the steps named on the command line (default: all), each with its own log under $OUT:
 #   checks     the CUDA check programs: correctness vs the CPU reference, determinism, 2^31 offsets
 #   sanitize   compute-sanitizer memcheck, racecheck and initcheck on small awkward shapes

@@ -45,6 +45,8 @@ struct BwdBuffers {
   std::vector<float> dp;   // [Bq][Bkp] dP, then dS (times scale)
   std::vector<float> th;   // [Bq][Bkp] tanh(s/c), softcap only
   std::vector<uint16_t> ktp, vtp;  // [D/2][Bkp][2], [Dv/2][Bkp][2]: Kᵀ, Vᵀ in bf16 pairs
+  std::vector<int64_t> klo, khi;   // [Bq]  partial blocks: visible keys of each query (block-relative)
+  std::vector<int64_t> qlo, qhi;   // [Bkp] and the queries that see each key
 };
 
 // Key chunks per (batch, kv head): enough tasks for the cores (16 in all, so a causal mask's
@@ -75,22 +77,6 @@ void bwd_impl(const Problem& p) {
   constexpr bool kPairs = kHaveBf16Dot && std::is_same_v<T, bf16>;
   const bool s_pairs = kPairs && D % 2 == 0, dp_pairs = kPairs && Dv % 2 == 0;
 
-  // D_i = rowsum(dO_i ∘ O_i), laid out like the LSE.
-  // Scratch is written before it is read: allocated without initialisation.
-  std::unique_ptr<float[]> Dd(new float[size_t(Hq * rows)]);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t task = 0; task < p.batch * Hq; ++task) {
-    const int64_t b = task / Hq, h = task % Hq;
-    const Seq s = sequence(p, b);
-    for (int64_t i = 0; i < s.sq; ++i) {
-      const T* o = row_ptr<const T>(p, p.o, b, s.q_row0, i, h);
-      const T* dout = row_ptr<const T>(p, p.dout, b, s.q_row0, i, h);
-      float acc = 0.f;
-      for (int64_t d = 0; d < Dv; ++d) acc += to_float(o[d]) * to_float(dout[d]);
-      Dd[size_t(lse_index(p, s, b, h, i))] = acc;
-    }
-  }
-
   const int64_t NC = chunk_count(p, rows, Dp);
   std::unique_ptr<float[]> dq_part(new float[size_t(NC * Hq * rows * Dp)]);
   auto dq_rows = [&](int64_t c, int64_t h, int64_t row) {
@@ -116,7 +102,44 @@ void bwd_impl(const Problem& p) {
     bf.s.resize(size_t(kBwdBq * Bkp));
     bf.dp.resize(size_t(kBwdBq * Bkp));
     if (softcap) bf.th.resize(size_t(kBwdBq * Bkp));
+    bf.klo.resize(kBwdBq);
+    bf.khi.resize(kBwdBq);
+    bf.qlo.resize(Bkp);
+    bf.qhi.resize(Bkp);
   }
+  // D_i = rowsum(dO_i ∘ O_i), laid out like the LSE. It is summed in the order and with the
+  // instructions that dP_ij = dO_i · V_j uses, so that dP − D is exactly 0 where O_i = V_j
+  // (a query with one visible key: its dQ and the key's dK are then exactly 0, as in exact math).
+  // Scratch is written before it is read: allocated without initialisation.
+  std::unique_ptr<float[]> Dd(new float[size_t(Hq * rows)]);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t task = 0; task < p.batch * Hq; ++task) {
+    const int64_t b = task / Hq, h = task % Hq;
+    const Seq s = sequence(p, b);
+    if (dp_pairs) {
+      // 16 rows at a time: the diagonal of dO·Oᵀ by the bf16-pair kernel of dP = dO·Vᵀ.
+      BwdBuffers& bf = bufs[size_t(this_thread())];
+      constexpr int64_t kRows = kLanes;
+      for (int64_t i0 = 0; i0 < s.sq; i0 += kRows) {
+        const int64_t n = std::min(kRows, s.sq - i0);
+        const T* o = row_ptr<const T>(p, p.o, b, s.q_row0, i0, h);
+        const T* dout = row_ptr<const T>(p, p.dout, b, s.q_row0, i0, h);
+        if constexpr (kPairs) pack_pairs_transposed(o, p.o.row_stride, n, Dv, bf.vtp.data(), kRows);
+        tile_gemm_bf16(n, kRows, Dv, reinterpret_cast<const uint16_t*>(dout), p.dout.row_stride, bf.vtp.data(),
+                       2 * kRows, bf.s.data(), kRows);
+        for (int64_t r = 0; r < n; ++r) Dd[size_t(lse_index(p, s, b, h, i0 + r))] = bf.s[size_t(r * kRows + r)];
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < s.sq; ++i) {
+      const T* o = row_ptr<const T>(p, p.o, b, s.q_row0, i, h);
+      const T* dout = row_ptr<const T>(p, p.dout, b, s.q_row0, i, h);
+      float acc = 0.f;  // acc = fma(dO_d, O_d, acc), d ascending, as the fp32 dP kernel
+      for (int64_t d = 0; d < Dv; ++d) acc += to_float(dout[d]) * to_float(o[d]);
+      Dd[size_t(lse_index(p, s, b, h, i))] = acc;
+    }
+  }
+
   alignas(64) static const float kIota[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
   const int64_t bhk = p.batch * p.heads_kv;
@@ -166,19 +189,43 @@ void bwd_impl(const Problem& p) {
             prefetch_tile(dq_rows(c, h, s.q_row0 + i0 + bq), Dp, nq, Dp);
           }
 
+          // A partial pair: the band of visible (query, key) pairs, so that register tiles outside
+          // it are skipped (S, dP) or their inner loop cut short (dV, dK, dQ). Both ranges grow
+          // monotonically, so the queries that see key c follow from a two-pointer sweep.
+          Band by_key, k_by_key, k_by_query;
+          if (!full) {
+            for (int64_t r = 0; r < bq; ++r) {
+              bf.klo[size_t(r)] = std::clamp<int64_t>(p.mask.key_begin(i0 + r, s.sq, s.sk) - j0, 0, bk);
+              bf.khi[size_t(r)] =
+                  std::clamp<int64_t>(p.mask.key_end(i0 + r, s.sq, s.sk) - j0, bf.klo[size_t(r)], bk);
+            }
+            int64_t lo = 0, hi = 0;
+            for (int64_t c = 0; c < bk; ++c) {
+              while (lo < bq && bf.khi[size_t(lo)] <= c) ++lo;  // first query whose range ends past c
+              while (hi < bq && bf.klo[size_t(hi)] <= c) ++hi;  // first query whose range starts past c
+              bf.qlo[size_t(c)] = lo;
+              bf.qhi[size_t(c)] = std::max(lo, hi);
+            }
+            for (int64_t c = bk; c < Bkp; ++c) bf.qlo[size_t(c)] = bf.qhi[size_t(c)] = bf.qhi[size_t(bk - 1)];
+            by_key = {Band::rows_by_col, bf.qlo.data(), bf.qhi.data()};
+            k_by_key = {Band::k_by_row, bf.qlo.data(), bf.qhi.data()};
+            k_by_query = {Band::k_by_row, bf.klo.data(), bf.khi.data()};
+          }
+
           float* sp = bf.s.data();
           float* dp = bf.dp.data();
           // S = Q·Kᵀ;  dP = dO·Vᵀ   [bq][Bkp]
           if (s_pairs)
             tile_gemm_bf16(bq, Bkp, D, reinterpret_cast<const uint16_t*>(q), p.q.row_stride, bf.ktp.data(),
-                           2 * Bkp, sp, Bkp);
+                           2 * Bkp, sp, Bkp, by_key);
           else
-            tile_gemm<Accum::store>(bq, Bkp, D, bf.q.data(), Dp, 1, bf.kt.data(), Bkp, sp, Bkp);
+            tile_gemm<Accum::store>(bq, Bkp, D, bf.q.data(), Dp, 1, bf.kt.data(), Bkp, sp, Bkp, nullptr, by_key);
           if (dp_pairs)
             tile_gemm_bf16(bq, Bkp, Dv, reinterpret_cast<const uint16_t*>(dout), p.dout.row_stride,
-                           bf.vtp.data(), 2 * Bkp, dp, Bkp);
+                           bf.vtp.data(), 2 * Bkp, dp, Bkp, by_key);
           else
-            tile_gemm<Accum::store>(bq, Bkp, Dv, bf.dout.data(), Dvp, 1, bf.vt.data(), Bkp, dp, Bkp);
+            tile_gemm<Accum::store>(bq, Bkp, Dv, bf.dout.data(), Dvp, 1, bf.vt.data(), Bkp, dp, Bkp, nullptr,
+                                    by_key);
 
           for (int64_t r = 0; r < bq; ++r) {
             const int64_t idx = lse_index(p, s, b, h, i0 + r);
@@ -201,21 +248,25 @@ void bwd_impl(const Problem& p) {
               } else {
                 x = fma(load(srow + g), qs, zero() - lse);
               }
-              if (!full) x = keep_in_range(x, load(kIota) + set1(float(g)), lo, hi, set1(-kInf));
+              const V16 key = load(kIota) + set1(float(g));
+              if (!full) x = keep_in_range(x, key, lo, hi, set1(-kInf));
               // P = 2^x;  dS = P ∘ (dP − D), times scale (and 1 − tanh² with softcap)
               const V16 pv = exp2(x);
               V16 ds = pv * (load(dprow + g) - dd) * ds_scale;
               if (softcap) ds = fnma(ds * th, th, ds);
+              // Masked: exactly 0, whatever a skipped register tile left in S and dP.
+              if (!full) ds = keep_in_range(ds, key, lo, hi, zero());
               store(srow + g, pv);
               store(dprow + g, ds);
             }
           }
 
           // dV += Pᵀ·dO;  dK += dSᵀ·Q   (Pᵀ, dSᵀ read through transposed strides)
-          tile_gemm<Accum::add>(bk, Dvp, bq, sp, 1, Bkp, bf.dout.data(), Dvp, bf.dv.data(), Dvp);
-          tile_gemm<Accum::add>(bk, Dp, bq, dp, 1, Bkp, bf.q.data(), Dp, bf.dk.data(), Dp);
+          tile_gemm<Accum::add>(bk, Dvp, bq, sp, 1, Bkp, bf.dout.data(), Dvp, bf.dv.data(), Dvp, nullptr, k_by_key);
+          tile_gemm<Accum::add>(bk, Dp, bq, dp, 1, Bkp, bf.q.data(), Dp, bf.dk.data(), Dp, nullptr, k_by_key);
           // dQ[chunk] += dS·K
-          tile_gemm<Accum::add>(bq, Dp, bk, dp, Bkp, 1, bf.k.data(), Dp, dq_rows(c, h, s.q_row0 + i0), Dp);
+          tile_gemm<Accum::add>(bq, Dp, bk, dp, Bkp, 1, bf.k.data(), Dp, dq_rows(c, h, s.q_row0 + i0), Dp, nullptr,
+                                k_by_query);
         }
       }
       store_tile(bf.dk.data(), Dp, bk, D, nullptr, row_ptr<T>(p, p.dk, b, s.k_row0, j0, hk), p.dk.row_stride);

@@ -27,7 +27,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 struct FwdBuffers {
   std::vector<float> qt;     // [D][Bq]   Q block transposed
   std::vector<uint16_t> qp;  // [D/2][Bq][2] the same in bf16 pairs (bf16 path)
-  std::vector<float> k;      // [Bk][D]   K block
+  std::vector<float> k;      // [Bk][D]   K block converted (fp16, odd-D bf16)
   std::vector<float> v;      // [Bk][Dvp] V block, columns padded with 0
   std::vector<float> st;     // [Bk][Bq]  Sᵀ, then Pᵀ
   std::vector<float> o;      // [Bq][Dvp] un-normalised O accumulator
@@ -35,6 +35,7 @@ struct FwdBuffers {
   std::vector<float> alpha;  // [Bq] rescale of O for the current block
   std::vector<float> lo, hi; // [Bq] visible key range of each query, relative to the block
   std::vector<int64_t> kb, ke;  // [Bq] absolute visible key range of each query
+  std::vector<int64_t> klo, khi;  // [Bq] the same relative to the block, clamped to [0, bk]
 };
 
 template <class T>
@@ -60,13 +61,12 @@ void fwd_impl(const Problem& p) {
       bf.qp.resize(size_t(D * kFwdBq));
     else
       bf.qt.resize(size_t(D * kFwdBq));
-    bf.k.resize(size_t(kFwdBk * D));
+    if (!pairs && !std::is_same_v<T, float>) bf.k.resize(size_t(kFwdBk * D));
     bf.v.resize(size_t(kFwdBk * Dvp));
     bf.st.resize(size_t(kFwdBk * kFwdBq));
     bf.o.resize(size_t(kFwdBq * Dvp));
     for (auto* a : {&bf.m, &bf.l, &bf.alpha, &bf.lo, &bf.hi}) a->resize(kFwdBq);
-    bf.kb.resize(kFwdBq);
-    bf.ke.resize(kFwdBq);
+    for (auto* a : {&bf.kb, &bf.ke, &bf.klo, &bf.khi}) a->resize(kFwdBq);
   }
 
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -105,12 +105,26 @@ void fwd_impl(const Problem& p) {
       // Every row sees every key of the block: no element mask.
       const bool full = bf.kb[size_t(bq - 1)] <= j0 && bf.ke[0] >= j0 + bk;
 
+      // A partial block: each query's visible keys, relative to the block; register tiles
+      // outside every query's range are skipped (Sᵀ) or cut short (P·V).
+      Band st_band, pv_band;
+      if (!full) {
+        for (int64_t r = 0; r < bq; ++r) {
+          bf.klo[size_t(r)] = std::clamp<int64_t>(bf.kb[size_t(r)] - j0, 0, bk);
+          bf.khi[size_t(r)] = std::clamp<int64_t>(bf.ke[size_t(r)] - j0, bf.klo[size_t(r)], bk);
+        }
+        // Padding queries: an empty range after the last query's, keeping both arrays monotone.
+        for (int64_t r = bq; r < kFwdBq; ++r) bf.klo[size_t(r)] = bf.khi[size_t(r)] = bf.khi[size_t(bq - 1)];
+        st_band = {Band::rows_by_col, bf.klo.data(), bf.khi.data()};
+        pv_band = {Band::k_by_row, bf.klo.data(), bf.khi.data()};
+      }
+
       // Sᵀ = K·Qᵀ   [bk][Bq]. K is only broadcast from (the A operand): fp32 and bf16-pair K
       // are read in place, other types converted first.
       if constexpr (kPairs) {
         if (pairs)
           tile_gemm_bf16(bk, kFwdBq, D, reinterpret_cast<const uint16_t*>(k + j0 * p.k.row_stride),
-                         p.k.row_stride, bf.qp.data(), 2 * kFwdBq, bf.st.data(), kFwdBq);
+                         p.k.row_stride, bf.qp.data(), 2 * kFwdBq, bf.st.data(), kFwdBq, st_band);
       }
       if (!pairs) {
         const float* kf;
@@ -122,7 +136,8 @@ void fwd_impl(const Problem& p) {
           load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.k.data(), D);
           kf = bf.k.data();
         }
-        tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq);
+        tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq,
+                                nullptr, st_band);
       }
       load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.v.data(), Dvp);
       // The next K/V block streams into L2 while this one is computed (K/V of a head is
@@ -179,7 +194,7 @@ void fwd_impl(const Problem& p) {
 
       // O = diag(alpha)·O + P·V   (P read from Pᵀ: row stride 1, k stride Bq)
       tile_gemm<Accum::scale_add>(bq, Dvp, bk, bf.st.data(), 1, kFwdBq, bf.v.data(), Dvp, bf.o.data(),
-                                  Dvp, bf.alpha.data());
+                                  Dvp, bf.alpha.data(), pv_band);
     }
 
     // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys: O = 0, LSE = -inf.

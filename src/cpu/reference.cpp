@@ -136,8 +136,11 @@ void bwd_impl(const Problem& p) {
           const double* dout = dO.data() + i * Dv;
           const double* q = Q.data() + i * D;
           const double* P = S.data() + i * sq.sk;
-          // dP_ij = dO_i · V_j;  D_i = sum_j P_ij dP_ij
+          // D_i = dO_i · O_i with the O given (the backward is a function of o, as in the flash
+          // path; with exact O it equals sum_j P_ij dP_ij);  dP_ij = dO_i · V_j
+          const T* o = row_ptr<const T>(p, p.o, b, sq.q_row0, i, h);
           double Di = 0;
+          for (int64_t d = 0; d < Dv; ++d) Di += dout[d] * double(to_float(o[d]));
           for (int64_t j = 0; j < sq.sk; ++j) {
             dP[size_t(j)] = 0;
             if (P[j] == 0) continue;
@@ -145,7 +148,6 @@ void bwd_impl(const Problem& p) {
             double s = 0;
             for (int64_t d = 0; d < Dv; ++d) s += dout[d] * v[d];
             dP[size_t(j)] = s;
-            Di += P[j] * s;
           }
           std::fill(dq.begin(), dq.end(), 0.0);
           for (int64_t j = 0; j < sq.sk; ++j) {

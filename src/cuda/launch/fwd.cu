@@ -50,6 +50,16 @@ void check_alignment(const char* name, const Tensor& t, bool rows, bool heads, b
                 " strides (row, head, batch) must be multiples of 8 elements (16 bytes) on the GPU");
 }
 
+// The first row at or after `from` that serves p's dtype and head dims on this device; null if none.
+const FwdKernelRow* next_row(const Problem& p, const DeviceCaps& caps, const FwdKernelRow* from) {
+  const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  for (const FwdKernelRow* row = from; row->family != nullptr; ++row) {
+    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc && caps.cc <= row->max_cc)
+      return row;
+  }
+  return nullptr;
+}
+
 const FwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
   if (p.algorithm == FA_ALGORITHM_REFERENCE) unsupported("the reference algorithm runs on the CPU only");
   if (p.dtype != Dtype::bf16 && p.dtype != Dtype::f16)
@@ -58,10 +68,8 @@ const FwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0)
     unsupported("head dims must be multiples of 8 on the GPU (got D = " + std::to_string(p.head_dim) +
                 ", Dv = " + std::to_string(p.head_dim_v) + ")");
+  if (const FwdKernelRow* row = next_row(p, caps, kFwdKernels)) return *row;
   const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  for (const FwdKernelRow* row = kFwdKernels; row->family != nullptr; ++row) {
-    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc) return *row;
-  }
   unsupported("no compiled kernel serves head dim " + std::to_string(need) + " in " +
               dtype_name(p.dtype) + " (this build's FA_CUDA_HDIMS)");
 }
@@ -112,10 +120,15 @@ const FwdKernelRow& prepare(const Problem& p, sm80::FwdParams* params) {
   check_alignment("k", p.k, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
   check_alignment("v", p.v, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
   check_alignment("o", p.o, varlen || p.seqlen_q > 1, p.heads_q > 1, !varlen && p.batch > 1);
-  *params = make_params(p, row.block_m);
-  const std::string why = row.can_implement(*params, caps.smem_optin);
-  if (!why.empty()) unsupported(why);
-  return row;
+  // The first row whose kernel can run p (an sm90 row declines varlen or TMA-illegal strides,
+  // and the sm80 row of the same head dim serves those); the last reason is reported.
+  std::string why;
+  for (const FwdKernelRow* r = &row; r != nullptr; r = next_row(p, caps, r + 1)) {
+    *params = make_params(p, r->block_m);
+    why = r->can_implement(*params, caps.smem_optin);
+    if (why.empty()) return *r;
+  }
+  unsupported(why);
 }
 
 }  // namespace

@@ -10,14 +10,18 @@
 #include "api/problem.h"
 #include "cuda/sm80/bwd_config.h"
 #include "cuda/sm80/fwd_config.h"
+#if defined(FA_HAVE_SM90)
+#include "cuda/sm90/fwd_config.h"
+#endif
 
 namespace fa::cuda {
 
 enum class Direction { fwd, bwd };
 
 struct FwdKernelRow {
-  const char* family;  // kernel_name(): "sm80"
+  const char* family;  // kernel_name(): "sm80", "sm90"
   int min_cc;          // lowest compute capability (major·10 + minor) it runs on
+  int max_cc;          // highest (sm_90a code runs on 9.0 alone)
   Dtype dtype;
   int head_dim;  // serves D, Dv <= head_dim
   int block_m;   // query rows per CTA (sizes FwdParams::num_m_blocks)
@@ -26,13 +30,32 @@ struct FwdKernelRow {
 };
 
 #define FA_SM80_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm80", 80, Dtype::bf16, D, sm80::kFwdBlockM<D>, &sm80::fwd_can_implement<D, true>, \
-               &sm80::fwd_launch<D, true>},                                                    \
-      FwdKernelRow{"sm80", 80, Dtype::f16, D, sm80::kFwdBlockM<D>,                             \
+  FwdKernelRow{"sm80", 80, 1000, Dtype::bf16, D, sm80::kFwdBlockM<D>,                         \
+               &sm80::fwd_can_implement<D, true>, &sm80::fwd_launch<D, true>},                 \
+      FwdKernelRow{"sm80", 80, 1000, Dtype::f16, D, sm80::kFwdBlockM<D>,                       \
                    &sm80::fwd_can_implement<D, false>, &sm80::fwd_launch<D, false>},
 
-// Forward rows, ascending head dim within each family.
+// Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
+#define FA_SM90_FWD_ROWS(D)                                                                    \
+  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>,                            \
+               &sm90::fwd_can_implement<D, true>, &sm90::fwd_launch<D, true>},                 \
+      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>,                         \
+                   &sm90::fwd_can_implement<D, false>, &sm90::fwd_launch<D, false>},
+
+// Forward rows, ascending head dim within each family; dispatch takes the first row that runs
+// the problem, so the sm90 rows (when built) come first and the sm80 rows serve the rest.
 inline const FwdKernelRow kFwdKernels[] = {
+#if defined(FA_HAVE_SM90)
+#if defined(FA_CUDA_HDIM_64)
+    FA_SM90_FWD_ROWS(64)
+#endif
+#if defined(FA_CUDA_HDIM_128)
+    FA_SM90_FWD_ROWS(128)
+#endif
+#if defined(FA_CUDA_HDIM_256)
+    FA_SM90_FWD_ROWS(256)
+#endif
+#endif
 #if defined(FA_CUDA_HDIM_64)
     FA_SM80_FWD_ROWS(64)
 #endif
@@ -42,7 +65,7 @@ inline const FwdKernelRow kFwdKernels[] = {
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80_FWD_ROWS(256)
 #endif
-    FwdKernelRow{nullptr, 0, Dtype::f32, 0, 0, nullptr, nullptr}  // end marker
+    FwdKernelRow{nullptr, 0, 0, Dtype::f32, 0, 0, nullptr, nullptr}  // end marker
 };
 
 struct BwdKernelRow {

@@ -1,0 +1,42 @@
+// CUDA backend, sm90/: tile shapes of the Hopper forward kernel per compiled head dim, and the
+// launch entry each fwd_hdim*.cu instantiates. Only constants and declarations: no kernel code.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda/sm80/fwd_params.h"
+
+namespace fa::cuda::sm90 {
+
+// Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages.
+// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. First version, not yet measured:
+// the shapes follow the FlashAttention-3 design (BM 128; BN 128 up to D 128, 64 at D 256).
+template <int kHeadDim>
+struct FwdConfig;
+template <>
+struct FwdConfig<64> {  // 80 KiB
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct FwdConfig<128> {  // 160 KiB
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct FwdConfig<256> {  // 192 KiB
+  static constexpr int kBlockM = 128, kBlockN = 64, kStages = 2;
+};
+
+template <int kHeadDim>
+inline constexpr int kFwdBlockM = FwdConfig<kHeadDim>::kBlockM;
+
+// Empty string when the kernel can run p on a device with smem_optin bytes per block (the
+// problem fields only; the tensor maps are built by fwd_launch).
+template <int kHeadDim, bool kIsBf16>
+std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin);
+// Builds the tensor maps, launches the kernel on `stream` and checks the launch.
+template <int kHeadDim, bool kIsBf16>
+void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream);
+
+}  // namespace fa::cuda::sm90

@@ -1,0 +1,320 @@
+// CUDA backend, sm90/: the FlashAttention-3-design forward kernel class (TMA, mbarriers, wgmma,
+// warp specialisation with setmaxnreg). One CTA per (q-block, head, batch): warpgroup 0 is the
+// producer (one thread issues TMA loads of Q and a kStages-deep ring of K/V blocks), warpgroups
+// 1 and 2 are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared
+// memory), online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
+// descriptor). Receives validated FwdParams; does not choose tile sizes or launch.
+#pragma once
+
+#include <cuda/ptx>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/convert.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/common/tile_scheduler.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/fwd_params.h"
+
+namespace fa::cuda::sm90 {
+
+enum class WarpGroupRole { producer = 0, consumer0 = 1, consumer1 = 2 };
+
+// One mbarrier in shared memory (uint64), cta:: scope helpers over cuda::ptx.
+struct SmemBarrier {
+  uint64_t* bar;
+  __device__ __forceinline__ void init(uint32_t count) const { ::cuda::ptx::mbarrier_init(bar, count); }
+  __device__ __forceinline__ void wait(uint32_t parity) const {
+    while (!::cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+    }
+  }
+  __device__ __forceinline__ void arrive() const { (void)::cuda::ptx::mbarrier_arrive(bar); }
+  __device__ __forceinline__ void arrive_expect_tx(uint32_t bytes) const {
+    (void)::cuda::ptx::mbarrier_arrive_expect_tx(::cuda::ptx::sem_release, ::cuda::ptx::scope_cta,
+                                               ::cuda::ptx::space_shared, bar, bytes);
+  }
+};
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kIsBf16_>
+struct FwdKernel {
+  using Params = FwdParams;
+
+  static constexpr bool kIsBf16 = kIsBf16_;
+  static constexpr int kHeadDim = kHeadDim_;  // compiled D (and Dv); smaller ones zero-fill
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+
+  // Warp roles: one producer warpgroup, two consumer warpgroups of 64 query rows each.
+  static constexpr int kWarpGroupThreads = 128;
+  static constexpr int kConsumerGroups = 2;
+  static constexpr int kThreads = kWarpGroupThreads * (1 + kConsumerGroups);
+  static constexpr int kMinBlocks = 1;  // the register cap setmaxnreg needs at entry
+  static constexpr int kConsumerWarps = 4 * kConsumerGroups;
+  // 65536 registers per SM: 128·24 (producer) + 256·240 (consumers) = 64512.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kWarpGroupThreads * (kProducerRegs + kConsumerGroups * kConsumerRegs) <= 65536,
+                "register file");
+
+  // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row). Q: kPanels panels
+  // of kBlockM rows; each K and V stage: kPanels panels of kBlockN rows; then the mbarriers.
+  static constexpr int kPanelCols = 64;
+  static constexpr int kPanels = kHeadDim / kPanelCols;
+  static constexpr int kRowBytes = kPanelCols * 2;  // 128
+  static constexpr int kQPanelBytes = kBlockM * kRowBytes;
+  static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
+  static constexpr int kQBytes = kPanels * kQPanelBytes;
+  static constexpr int kKVBytes = kPanels * kKVPanelBytes;
+  static constexpr int kTileBytes = kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kNumBarriers = 1 + 4 * kStages;  // q_full, k_full/k_empty/v_full/v_empty
+  static constexpr int kAlign = 1024;                    // swizzle atom
+  static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers;
+
+  static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
+  static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
+
+  static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
+  static_assert(kBlockM == 64 * kConsumerGroups, "64 rows per consumer warpgroup");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n extent / TMA box");
+
+  static constexpr int smem_bytes() { return kSmemBytes; }
+  static dim3 block() { return dim3(kThreads); }
+  static dim3 grid(const Params& p) {
+    return dim3(static_cast<unsigned>(
+        LongestFirstScheduler::num_tiles(p.prob.num_m_blocks, p.prob.heads_q, p.prob.batch)));
+  }
+
+  __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
+
+ private:
+  __device__ __forceinline__ static void consumer(const Params& p, int group, uint32_t smem_q,
+                                                  uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
+                                                  const FwdTile& tile, int nb_begin, int n_blocks,
+                                                  int full_lo, int full_hi);
+};
+
+template <int D, int BM, int BN, int S, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::operator()(const Params& params,
+                                                                          char* smem_raw) const {
+  const sm80::FwdParams& p = params.prob;
+  const FwdTile tile = LongestFirstScheduler::tile(p.num_m_blocks, p.heads_q);
+  const int sq = p.seqlen_q;
+  const int sk = p.seqlen_k;
+  const int m0 = tile.m_block * kBlockM;
+  if (m0 >= sq) return;  // uniform over the CTA
+
+  // Keys this q-block can see: from key_begin of its first row to key_end of its last.
+  const int m_last = min(m0 + kBlockM, sq) - 1;
+  const int64_t key_lo = p.mask.key_begin(m0, sq, sk);
+  const int64_t key_hi = p.mask.key_end(m_last, sq, sk);
+  const int nb_begin = static_cast<int>(key_lo / kBlockN);
+  const int n_blocks =
+      key_hi > key_lo ? static_cast<int>((key_hi + kBlockN - 1) / kBlockN) - nb_begin : 0;
+  // A block [n0, n0 + BN) needs no element mask iff every row of the q-block sees all of it.
+  const int64_t kb_last = p.mask.key_begin(m_last, sq, sk);
+  const int full_lo = static_cast<int>(kb_last < sk ? kb_last : sk);
+  const int full_hi = static_cast<int>(p.mask.key_end(m0, sq, sk));
+
+  // 1024-byte aligned tiles (the swizzle atom), then the barriers.
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
+  char* smem = smem_raw + pad;
+  const uint32_t smem_q = raw + pad;
+  const uint32_t smem_k = smem_q + kQBytes;
+  const uint32_t smem_v = smem_k + kStages * kKVBytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kTileBytes);
+  // bars: [0] q_full, [1 + s] k_full, [1 + S + s] k_empty, [1 + 2S + s] v_full, [1 + 3S + s] v_empty
+  const SmemBarrier q_full{bars};
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    q_full.init(1);
+    for (int s = 0; s < kStages; ++s) {
+      SmemBarrier{bars + 1 + s}.init(1);
+      SmemBarrier{bars + 1 + kStages + s}.init(kConsumerWarps);
+      SmemBarrier{bars + 1 + 2 * kStages + s}.init(1);
+      SmemBarrier{bars + 1 + 3 * kStages + s}.init(kConsumerWarps);
+    }
+    ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+
+  const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
+  if (role == WarpGroupRole::producer) {
+    ptx::warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid == 0) {
+      const int b = tile.batch;
+      const int head_kv = tile.head / p.group;
+      // Q once: kPanels boxes of 64 columns x kBlockM rows.
+      q_full.arrive_expect_tx(kQBytes);
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, m0, tile.head, b};
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                        smem + c * kQPanelBytes, &params.tm_q, coords, bars);
+      }
+      for (int it = 0; it < n_blocks; ++it) {
+        const int stage = it % kStages;
+        const uint32_t phase = (it / kStages) & 1;
+        const int n0 = (nb_begin + it) * kBlockN;
+        // The consumers released this stage's K (parity of the previous round; a fresh
+        // barrier's "previous phase" counts as complete).
+        const SmemBarrier k_full{bars + 1 + stage}, k_empty{bars + 1 + kStages + stage};
+        const SmemBarrier v_full{bars + 1 + 2 * kStages + stage}, v_empty{bars + 1 + 3 * kStages + stage};
+        k_empty.wait(phase ^ 1);
+        k_full.arrive_expect_tx(kKVBytes);
+        for (int c = 0; c < kPanels; ++c) {
+          const int32_t coords[4] = {c * kPanelCols, n0, head_kv, b};
+          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          smem + kQBytes + stage * kKVBytes + c * kKVPanelBytes,
+                                          &params.tm_k, coords, k_full.bar);
+        }
+        v_empty.wait(phase ^ 1);
+        v_full.arrive_expect_tx(kKVBytes);
+        for (int c = 0; c < kPanels; ++c) {
+          const int32_t coords[4] = {c * kPanelCols, n0, head_kv, b};
+          ::cuda::ptx::cp_async_bulk_tensor(
+              ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+              smem + kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
+              coords, v_full.bar);
+        }
+      }
+    }
+  } else {
+    ptx::warpgroup_reg_alloc<kConsumerRegs>();
+    consumer(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin, n_blocks,
+             full_lo, full_hi);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::consumer(
+    const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
+    const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
+  const sm80::FwdParams& p = params.prob;
+  const int sq = p.seqlen_q;
+  const int sk = p.seqlen_k;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int warp = tid / 32;  // within the warpgroup: rows 16·warp .. 16·warp + 15
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int m0 = tile.m_block * kBlockM;
+  const int row0 = m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+
+  float acc_o[kOT * 4];
+#pragma unroll
+  for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;
+  auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+
+  // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
+  // 8-row groups).
+  const uint32_t q_base = smem_q + 64 * group * kRowBytes;
+  SmemBarrier{bars}.wait(0);
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    const SmemBarrier k_full{bars + 1 + stage}, k_empty{bars + 1 + kStages + stage};
+    const SmemBarrier v_full{bars + 1 + 2 * kStages + stage}, v_empty{bars + 1 + 3 * kStages + stage};
+
+    // S = Q·K_itᵀ   (m64 n=BN, k16 steps: 4 per 128-byte panel row, +32 bytes each)
+    float s[kNT * 4];
+    k_full.wait(phase);
+    const uint32_t k_base = smem_k + stage * kKVBytes;
+    ptx::warpgroup_fence_operand(s);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int panel = kk / 4;
+      const int step = (kk % 4) * 32;
+      const uint64_t da = ptx::make_smem_desc_sw128(q_base + panel * kQPanelBytes + step, 16, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(k_base + panel * kKVPanelBytes + step, 16, 1024);
+      ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(s);
+    if (lane == 0) k_empty.arrive();  // this warp's reads of K_it are done
+
+    auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
+    // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
+    if (p.softcap > 0.f) {
+#pragma unroll
+      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
+    }
+    const int n0 = (nb_begin + it) * kBlockN;
+    if (!(n0 + kBlockN <= sk && full_lo <= n0 && full_hi >= n0 + kBlockN)) {
+      warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+    }
+    // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
+    softmax.step(s3, o3, p.score_log2);
+
+    // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
+    uint32_t p_frag[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
+      p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
+      p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
+      p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
+    }
+
+    // O += P·V_it   (V rows are keys = the k dimension, D contiguous: MN-major, transpose bit;
+    // leading offset = bytes between 64-column panels, k16 step = 16 rows of 128 bytes)
+    v_full.wait(phase);
+    const uint32_t v_base = smem_v + stage * kKVBytes;
+    ptx::warpgroup_fence_operand(acc_o);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t db = ptx::make_smem_desc_sw128(v_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(acc_o);
+    if (lane == 0) v_empty.arrive();
+  }
+
+  // Epilogue: O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
+  float inv_l[1][2];
+  float lse[1][2];
+  softmax.finish(p.score_log2, inv_l, lse);
+
+  using T = typename Storage<kIsBf16>::type;
+  const int64_t b = tile.batch;
+  const int head = tile.head;
+  if (p.lse != nullptr && t == 0) {
+    float* lse_row = p.lse + (b * p.heads_q + head) * static_cast<int64_t>(sq);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row < sq) lse_row[row] = lse[0][h];
+    }
+  }
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= sq) continue;
+    T* o_row = o + static_cast<int64_t>(row) * p.o_row_stride;
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot) {
+      const int col = 8 * ot + 2 * t;
+      if (col < p.head_dim_v) {
+        const uint32_t val = pack2<kIsBf16>(o3[0][ot][2 * h] * inv_l[0][h], o3[0][ot][2 * h + 1] * inv_l[0][h]);
+        *reinterpret_cast<uint32_t*>(o_row + col) = val;
+      }
+    }
+  }
+}
+
+}  // namespace fa::cuda::sm90

@@ -1,0 +1,69 @@
+// CUDA backend, sm90/: definitions of fwd_can_implement / fwd_launch for one head dim, included
+// by exactly one fwd_hdim*.cu each. Builds the TMA tensor maps; no dispatch here.
+#pragma once
+
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/kernel_entry.cuh"
+#include "cuda/sm90/fwd_config.h"
+#include "cuda/sm90/fwd_kernel.cuh"
+#include "cuda/sm90/tensor_map.h"
+
+namespace fa::cuda::sm90 {
+
+template <int kHeadDim, bool kIsBf16>
+using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
+                               FwdConfig<kHeadDim>::kStages, kIsBf16>;
+
+// The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
+template <int kHeadDim, bool kIsBf16>
+std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  out->prob = p;
+  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+                                    p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
+  if (why.empty())
+    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+                          p.k_batch_stride, p.k_row_stride, p.k_head_stride, Kernel::kBlockN);
+  if (why.empty())
+    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
+                          p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
+  return why;
+}
+
+template <int kHeadDim, bool kIsBf16>
+std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  if (p.cu_seqlens_q != nullptr) return "sm90 forward: varlen not implemented";
+  if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
+    return "head dim above the compiled " + std::to_string(kHeadDim);
+  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
+  if (Kernel::kSmemBytes > smem_optin) return "sm90 forward: not enough shared memory per block";
+  if (LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch) > INT32_MAX)
+    return "batch · heads · ceil(seqlen_q / " + std::to_string(Kernel::kBlockM) + ") exceeds 2^31 - 1 CTAs";
+  FwdParams full;
+  return make_fwd_params<kHeadDim, kIsBf16>(p, &full);
+}
+
+template <int kHeadDim, bool kIsBf16>
+void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  FwdParams full;
+  const std::string why = make_fwd_params<kHeadDim, kIsBf16>(p, &full);
+  if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
+  const auto entry = &kernel_entry<Kernel>;
+  const int smem = Kernel::smem_bytes();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  entry<<<Kernel::grid(full), Kernel::block(), smem, stream>>>(full);
+  check_launch("sm90 forward");
+}
+
+}  // namespace fa::cuda::sm90
+
+// Explicit instantiation of both 16-bit types for one head dim.
+#define FA_SM90_FWD_INSTANTIATE(D)                                                  \
+  template std::string fwd_can_implement<D, true>(const sm80::FwdParams&, int);   \
+  template std::string fwd_can_implement<D, false>(const sm80::FwdParams&, int);  \
+  template void fwd_launch<D, true>(const sm80::FwdParams&, cudaStream_t);        \
+  template void fwd_launch<D, false>(const sm80::FwdParams&, cudaStream_t);

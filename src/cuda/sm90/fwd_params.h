@@ -1,0 +1,21 @@
+// CUDA backend, sm90/: the parameter block of the Hopper forward kernels (host and device).
+// The problem fields are sm80::FwdParams (one conversion from fa::Problem serves both paths);
+// the three TMA tensor maps are added by fwd_launch.cuh. Plain data only: no logic.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: the library does not link libcuda)
+
+#include "cuda/sm80/fwd_params.h"
+
+namespace fa::cuda::sm90 {
+
+struct FwdParams {
+  sm80::FwdParams prob;  // pointers, strides, sizes, scale, mask (dense batch only here)
+  // 4-D maps over [batch, row, head, dim] (innermost first: dim, row, head, batch), 128-byte
+  // swizzle, box = 64 elements of dim x block rows; rows past the end read as zeros.
+  CUtensorMap tm_q;
+  CUtensorMap tm_k;
+  CUtensorMap tm_v;
+};
+
+}  // namespace fa::cuda::sm90

@@ -1,0 +1,70 @@
+// CUDA backend, sm90/: building TMA tensor maps on the host (cuTensorMapEncodeTiled).
+// The driver entry point comes through the runtime (cudaGetDriverEntryPointByVersion), so the
+// library does not link libcuda. Host code only; returns reasons, never throws or launches.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fa::cuda::sm90 {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                   CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                   CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled (ABI of CUDA 12.0), looked up once; null if unavailable.
+inline EncodeTiledFn encode_tiled_fn() {
+  static const EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult res{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &res);
+    if (err != cudaSuccess || res != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<EncodeTiledFn>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiledFn>(ptr);
+  }();
+  return fn;
+}
+
+// One strided [batch, row, head, dim] 16-bit tensor as a 4-D tiled map (dim innermost), box =
+// 64 elements (128 bytes, the 128-byte swizzle span) x box_rows rows x 1 head x 1 batch.
+// Strides in elements. A stride of an extent-1 dimension is never followed, so it is replaced
+// by a legal one. Empty string on success, else the reason.
+inline std::string encode_bshd_map(CUtensorMap* map, bool is_bf16, const void* base, int64_t batch,
+                                   int64_t rows, int64_t heads, int64_t dim, int64_t batch_stride,
+                                   int64_t row_stride, int64_t head_stride, int box_rows) {
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (encode == nullptr) return "the driver has no cuTensorMapEncodeTiled";
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs 16-byte aligned base pointers";
+  constexpr int64_t kElem = 2;
+  constexpr int64_t kStrideLimit = int64_t{1} << 40;
+  const int64_t extent[3] = {rows, heads, batch};
+  const int64_t stride_el[3] = {row_stride, head_stride, batch_stride};
+  cuuint64_t strides[3];
+  for (int i = 0; i < 3; ++i) {
+    int64_t s = stride_el[i] * kElem;
+    if (extent[i] <= 1) s = 16;  // never followed
+    if (s <= 0 || s % 16 != 0 || s >= kStrideLimit)
+      return "TMA needs strides that are positive multiples of 16 bytes below 2^40";
+    strides[i] = static_cast<cuuint64_t>(s);
+  }
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(rows > 0 ? rows : 1),
+                              static_cast<cuuint64_t>(heads > 0 ? heads : 1),
+                              static_cast<cuuint64_t>(batch > 0 ? batch : 1)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                            const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")";
+  return {};
+}
+
+}  // namespace fa::cuda::sm90

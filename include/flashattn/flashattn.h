@@ -96,7 +96,7 @@ typedef struct fa_fwd_params {
   int64_t total_q; /* varlen: rows of q and o */
   int64_t total_k; /* varlen: rows of k and v */
 
-  int32_t num_threads; /* CPU thread count hint; 0 = all cores */
+  int32_t num_threads; /* CPU thread count hint; 0 = all cores (capped at 8 a core) */
   int32_t reserved0;
 } fa_fwd_params;
 

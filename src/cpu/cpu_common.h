@@ -3,6 +3,7 @@
 // strided tensors, the LSE layout and the thread count. No attention arithmetic here.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -159,10 +160,12 @@ inline int64_t lse_index(const Problem& p, const Seq& s, int64_t b, int64_t h, i
   return (b * p.heads_q + h) * p.seqlen_q + i;
 }
 
-// p.num_threads, 0 meaning every core.
+// p.num_threads, 0 meaning every core. A hint: more than 8 threads a core only costs per-thread
+// buffers, so larger requests are capped there.
 inline int thread_count(const Problem& p) {
 #if defined(_OPENMP)
-  return p.num_threads > 0 ? p.num_threads : omp_get_num_procs();
+  const int cores = omp_get_num_procs();
+  return p.num_threads > 0 ? std::min(p.num_threads, 8 * cores) : cores;
 #else
   (void)p;
   return 1;

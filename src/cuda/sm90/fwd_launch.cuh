@@ -39,6 +39,10 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
+  // Every 64-column panel the kernel loads must hold a column of the problem: this version does
+  // not issue TMA boxes wholly past the end of dim (d64_dv128 and the like run on sm80).
+  if (p.head_dim <= kHeadDim - Kernel::kPanelCols || p.head_dim_v <= kHeadDim - Kernel::kPanelCols)
+    return "sm90 forward: D and Dv must both exceed " + std::to_string(kHeadDim - Kernel::kPanelCols);
   if (Kernel::kSmemBytes > smem_optin) return "sm90 forward: not enough shared memory per block";
   if (LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch) > INT32_MAX)
     return "batch · heads · ceil(seqlen_q / " + std::to_string(Kernel::kBlockM) + ") exceeds 2^31 - 1 CTAs";

@@ -44,7 +44,8 @@ for s in $steps; do
           compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_bwd" small
       done ;;
     python)
-      step pytest_gpu 240 python3 -m pytest -q -m gpu python/tests ;;
+      xdist=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
+      step pytest_gpu 240 python3 -m pytest -q -m gpu $xdist python/tests ;;
     cli)
       step cli_info 30 "$BUILD/tools/flashattn" info
       step cli_check 120 "$BUILD/tools/flashattn" check --device cuda

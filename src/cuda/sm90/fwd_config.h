@@ -10,22 +10,28 @@
 
 namespace fa::cuda::sm90 {
 
-// Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages.
-// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. First version, not yet measured:
-// the shapes follow the FlashAttention-3 design (BM 128; BN 128 up to D 128, 64 at D 256).
+// Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages,
+// and kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the softmax; written, not
+// yet run on a GPU: false until a run proves it correct and faster, docs/PERF.md).
+// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. v1 shapes follow the FlashAttention-3
+// design (BM 128; BN 128 up to D 128, 64 at D 256); measured on the H200 as docs/PERF.md's
+// "GPU forward (sm90 path)" records, no alternative timed yet.
 template <int kHeadDim>
 struct FwdConfig;
 template <>
 struct FwdConfig<64> {  // 80 KiB
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+  static constexpr bool kOverlap = false;
 };
 template <>
 struct FwdConfig<128> {  // 160 KiB
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+  static constexpr bool kOverlap = false;
 };
 template <>
 struct FwdConfig<256> {  // 192 KiB
   static constexpr int kBlockM = 128, kBlockN = 64, kStages = 2;
+  static constexpr bool kOverlap = false;
 };
 
 template <int kHeadDim>

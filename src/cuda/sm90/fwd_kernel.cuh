@@ -3,7 +3,9 @@
 // producer (one thread issues TMA loads of Q and a kStages-deep ring of K/V blocks), warpgroups
 // 1 and 2 are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared
 // memory), online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
-// descriptor). Receives validated FwdParams; does not choose tile sizes or launch.
+// descriptor). Two consumer schedules: `consumer` (v1, each GEMM waited for at once; the one run
+// on the GPU) and `consumer_overlapped` (kOverlap). Receives validated FwdParams; does not
+// choose tile sizes or launch.
 #pragma once
 
 #include <cuda/ptx>
@@ -40,7 +42,7 @@ struct SmemBarrier {
   }
 };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kIsBf16_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -49,6 +51,9 @@ struct FwdKernel {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Intra-warpgroup overlap: Q·K_{j+1}ᵀ and P_j·V_j in flight while the softmax of block j + 1
+  // runs (consumer_overlapped); false: the v1 schedule (consumer), each GEMM waited for at once.
+  static constexpr bool kOverlap = kOverlap_;
 
   // Warp roles: one producer warpgroup, two consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -97,10 +102,15 @@ struct FwdKernel {
                                                   uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
                                                   const FwdTile& tile, int nb_begin, int n_blocks,
                                                   int full_lo, int full_hi);
+  __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, uint32_t smem_q,
+                                                             uint32_t smem_k, uint32_t smem_v,
+                                                             uint64_t* bars, const FwdTile& tile,
+                                                             int nb_begin, int n_blocks, int full_lo,
+                                                             int full_hi);
 };
 
-template <int D, int BM, int BN, int S, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::operator()(const Params& params,
                                                                           char* smem_raw) const {
   const sm80::FwdParams& p = params.prob;
   const FwdTile tile = LongestFirstScheduler::tile(p.num_m_blocks, p.heads_q);
@@ -187,13 +197,18 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::operator()(const 
     }
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
-    consumer(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin, n_blocks,
-             full_lo, full_hi);
+    if constexpr (kOverlap) {
+      consumer_overlapped(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin,
+                          n_blocks, full_lo, full_hi);
+    } else {
+      consumer(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin, n_blocks,
+               full_lo, full_hi);
+    }
   }
 }
 
-template <int D, int BM, int BN, int S, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::consumer(
+template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
     const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
     const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
   const sm80::FwdParams& p = params.prob;
@@ -282,6 +297,214 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Bf16>::consumer(
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) v_empty.arrive();
+  }
+
+  // Epilogue: O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
+  float inv_l[1][2];
+  float lse[1][2];
+  softmax.finish(p.score_log2, inv_l, lse);
+
+  using T = typename Storage<kIsBf16>::type;
+  const int64_t b = tile.batch;
+  const int head = tile.head;
+  if (p.lse != nullptr && t == 0) {
+    float* lse_row = p.lse + (b * p.heads_q + head) * static_cast<int64_t>(sq);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row < sq) lse_row[row] = lse[0][h];
+    }
+  }
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= sq) continue;
+    T* o_row = o + static_cast<int64_t>(row) * p.o_row_stride;
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot) {
+      const int col = 8 * ot + 2 * t;
+      if (col < p.head_dim_v) {
+        const uint32_t val = pack2<kIsBf16>(o3[0][ot][2 * h] * inv_l[0][h], o3[0][ot][2 * h + 1] * inv_l[0][h]);
+        *reinterpret_cast<uint32_t*>(o_row + col) = val;
+      }
+    }
+  }
+}
+
+// The softmax of one S block that leaves O alone, for the overlapped schedule (P·V of the previous
+// block still writes O): m_new = max(m_old, rowmax(S)); P = exp2(S·c − m_new·c) in place;
+// l = alpha·l + rowsum(P). Returns alpha = exp2(m_old·c − m_new·c), by which O is scaled once the
+// P·V in flight has landed. The same arithmetic as OnlineSoftmax::step (common/softmax.cuh).
+template <int kNT>
+__device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, float (&s)[1][kNT][4],
+                                                      float score_log2, float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // m_new = max(m_old, rowmax(S_ij))
+    float m_new = sm.row_max[0][h];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) m_new = fmaxf(m_new, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+    // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
+    const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
+    alpha[h] = ptx::ex2_approx(sm.row_max[0][h] * score_log2 - m_scaled);
+    sm.row_max[0][h] = m_new;
+    // P_ij = exp2(S_ij·c − m_new·c);  l = alpha·l + rowsum(P_ij)
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = ptx::ex2_approx(fmaf(s[0][nt][2 * h + e], score_log2, -m_scaled));
+        s[0][nt][2 * h + e] = pv;
+        sum += pv;
+      }
+    }
+    sm.row_sum[0][h] = fmaf(sm.row_sum[0][h], alpha[h], sum);
+  }
+}
+
+// Overlapped consumer (kOverlap): per K/V block j >= 1 the warpgroup issues S_j = Q·K_jᵀ and
+// O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
+// P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
+// operand of the P·V in flight, kept live until it lands) and O.
+template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer_overlapped(
+    const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
+    const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
+  const sm80::FwdParams& p = params.prob;
+  const int sq = p.seqlen_q;
+  const int sk = p.seqlen_k;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int warp = tid / 32;  // within the warpgroup: rows 16·warp .. 16·warp + 15
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int m0 = tile.m_block * kBlockM;
+  const int row0 = m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+
+  float acc_o[kOT * 4];
+#pragma unroll
+  for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;
+  auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  float s[kNT * 4];
+  auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
+  uint32_t p_frag[kBlockN / 16][4];
+  auto& p_flat = reinterpret_cast<uint32_t(&)[kBlockN / 16 * 4]>(p_frag);
+
+  // bars: [0] q_full, [1 + s] k_full, [1 + S + s] k_empty, [1 + 2S + s] v_full, [1 + 3S + s] v_empty
+  const auto k_full = [&](int st) { return SmemBarrier{bars + 1 + st}; };
+  const auto k_empty = [&](int st) { return SmemBarrier{bars + 1 + kStages + st}; };
+  const auto v_full = [&](int st) { return SmemBarrier{bars + 1 + 2 * kStages + st}; };
+  const auto v_empty = [&](int st) { return SmemBarrier{bars + 1 + 3 * kStages + st}; };
+  const uint32_t q_base = smem_q + 64 * group * kRowBytes;
+
+  // S = Q·K_stᵀ issued (not committed): m64 n=BN, k16 steps of +32 bytes in each 128-byte row.
+  const auto issue_qk = [&](int st) {
+    const uint32_t k_base = smem_k + st * kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int panel = kk / 4;
+      const int step = (kk % 4) * 32;
+      const uint64_t da = ptx::make_smem_desc_sw128(q_base + panel * kQPanelBytes + step, 16, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(k_base + panel * kKVPanelBytes + step, 16, 1024);
+      ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
+    }
+  };
+  // O += P·V_st issued (not committed): V MN-major (transpose bit), k16 step = 16 rows.
+  const auto issue_pv = [&](int st) {
+    const uint32_t v_base = smem_v + st * kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t db = ptx::make_smem_desc_sw128(v_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
+    }
+  };
+  // Softcap, mask and softmax of block it (in S); alpha as warp_softmax_deferred.
+  const auto scores = [&](int it, float (&alpha)[2]) {
+    if (p.softcap > 0.f) {
+#pragma unroll
+      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
+    }
+    const int n0 = (nb_begin + it) * kBlockN;
+    if (!(n0 + kBlockN <= sk && full_lo <= n0 && full_hi >= n0 + kBlockN)) {
+      warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+    }
+    warp_softmax_deferred<kNT>(softmax, s3, p.score_log2, alpha);
+  };
+  // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
+  const auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
+      p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
+      p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
+      p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
+    }
+  };
+
+  SmemBarrier{bars}.wait(0);  // Q
+  if (n_blocks > 0) {
+    // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
+    float alpha[2];
+    k_full(0).wait(0);
+    ptx::warpgroup_fence_operand(s);
+    ptx::warpgroup_fence();
+    issue_qk(0);
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(s);
+    if (lane == 0) k_empty(0).arrive();
+    scores(0, alpha);
+    pack_p();
+
+    for (int it = 1; it < n_blocks; ++it) {
+      const int stage = it % kStages;
+      const int prev = (it - 1) % kStages;
+      k_full(stage).wait((it / kStages) & 1);
+      v_full(prev).wait(((it - 1) / kStages) & 1);
+      ptx::warpgroup_fence_operand(s);
+      ptx::warpgroup_fence_operand(acc_o);
+      ptx::warpgroup_fence_operand(p_flat);
+      ptx::warpgroup_fence();
+      issue_qk(stage);  // S_it = Q·K_itᵀ
+      ptx::warpgroup_commit();
+      issue_pv(prev);  // O += P_{it-1}·V_{it-1}
+      ptx::warpgroup_commit();
+      ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
+      ptx::warpgroup_fence_operand(s);
+      if (lane == 0) k_empty(stage).arrive();
+      scores(it, alpha);
+      ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
+      ptx::warpgroup_fence_operand(acc_o);
+      ptx::warpgroup_fence_operand(p_flat);
+      if (lane == 0) v_empty(prev).arrive();
+      // O = alpha·O
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          o3[0][ot][2 * h] *= alpha[h];
+          o3[0][ot][2 * h + 1] *= alpha[h];
+        }
+      pack_p();
+    }
+    // O += P_last·V_last
+    const int last = (n_blocks - 1) % kStages;
+    v_full(last).wait(((n_blocks - 1) / kStages) & 1);
+    ptx::warpgroup_fence_operand(acc_o);
+    ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_fence();
+    issue_pv(last);
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(acc_o);
+    ptx::warpgroup_fence_operand(p_flat);
+    if (lane == 0) v_empty(last).arrive();
   }
 
   // Epilogue: O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.

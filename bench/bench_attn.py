@@ -209,7 +209,8 @@ def run(args):
                 gen = torch.Generator(device=device).manual_seed(S * 1009 + hdim)
                 q, k, v = (torch.randn(B, S, heads, hdim, device=device, dtype=dtype, generator=gen)
                            .requires_grad_() for _ in range(3))
-                kernel = flashattn.fwd_kernel_name(q, k, v, causal=causal)
+                kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal),
+                           "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal)}
                 ref_out = None
                 for impl, maker in impls.items():
                     try:
@@ -244,7 +245,7 @@ def run(args):
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
                                "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
                         if impl == "flashattn":
-                            row["kernel"] = kernel
+                            row["kernel"] = kernels[op]
                         rows.append(row)
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
                           + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)

@@ -96,6 +96,8 @@ TEST_P(Rejects, WithStatusAndMessage) {
   const fa_status can = fa_can_implement_bwd(&b);
   EXPECT_EQ(can, bad.status) << "fa_can_implement_bwd: " << fa_last_error();
   expect_message("fa_can_implement_bwd", bad.needle);
+  EXPECT_EQ(fa_bwd_kernel_name(&b), nullptr);
+  expect_message("fa_bwd_kernel_name", bad.needle);
   size_t bytes = 12345;
   EXPECT_EQ(fa_bwd_workspace_size(&b, &bytes), bad.status);
   expect_message("fa_bwd_workspace_size", bad.needle);
@@ -262,6 +264,8 @@ TEST(Api, NullParams) {
   expect_message("fa_fwd", "params");
   EXPECT_EQ(fa_fwd_kernel_name(nullptr), nullptr);
   expect_message("fa_fwd_kernel_name", "params");
+  EXPECT_EQ(fa_bwd_kernel_name(nullptr), nullptr);
+  expect_message("fa_bwd_kernel_name", "params");
   EXPECT_EQ(fa_can_implement_bwd(nullptr), FA_STATUS_INVALID_ARGUMENT);
   expect_message("fa_can_implement_bwd", "params");
   EXPECT_EQ(fa_bwd(nullptr, nullptr), FA_STATUS_INVALID_ARGUMENT);
@@ -309,6 +313,11 @@ TEST(Api, KernelNames) {
     const char* n = fa_fwd_kernel_name(&c.fwd);
     ASSERT_NE(n, nullptr) << fa_last_error();
     EXPECT_STREQ(n, w.name) << "algorithm " << w.alg;
+    fa_bwd_params b = c.bwd;
+    b.fwd = c.fwd;
+    const char* nb = fa_bwd_kernel_name(&b);
+    ASSERT_NE(nb, nullptr) << fa_last_error();
+    EXPECT_STREQ(nb, w.name) << "backward, algorithm " << w.alg;
   }
 }
 

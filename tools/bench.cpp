@@ -185,8 +185,11 @@ int bench_main(int argc, char** argv) {
           const double flops = sh.fwd_flops();
           const double f_ms = time_ms(device, [&] { return fa_fwd(&fp, nullptr) == FA_STATUS_OK; }, repeats);
           const double b_ms = f_ms < 0 ? -1 : time_ms(device, [&] { return fa_bwd(&bp, nullptr) == FA_STATUS_OK; }, repeats);
-          for (auto [op, ms, fl] : {std::tuple<const char*, double, double>{"fwd", f_ms, flops},
-                                    std::tuple<const char*, double, double>{"bwd", b_ms, 2.5 * flops}}) {
+          const char* bwd_kernel = fa_bwd_kernel_name(&bp);
+          for (auto [op, ms, fl, kname] :
+               {std::tuple<const char*, double, double, const char*>{"fwd", f_ms, flops, kernel},
+                std::tuple<const char*, double, double, const char*>{"bwd", b_ms, 2.5 * flops,
+                                                                     bwd_kernel ? bwd_kernel : "unknown"}}) {
             if (ms < 0) {
               cells.push_back("failed");
               cells.push_back("");
@@ -195,7 +198,7 @@ int bench_main(int argc, char** argv) {
             const double tf = fl / (ms * 1e-3) / 1e12;
             cells.push_back(fmt("%.3f", ms));
             cells.push_back(fmt(tf >= 100 ? "%.1f" : tf >= 1 ? "%.2f" : "%.3f", tf));
-            rows.push_back({op, dtype_name(t), kernel, d, s, sh.batch, sh.heads_q, sh.causal, ms, tf});
+            rows.push_back({op, dtype_name(t), kname, d, s, sh.batch, sh.heads_q, sh.causal, ms, tf});
           }
           if (f_ms < 0 || b_ms < 0) {
             ++failures;

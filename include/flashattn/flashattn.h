@@ -146,6 +146,7 @@ FA_API fa_status fa_can_implement_bwd(const fa_bwd_params* params);
 /* Name of the kernel family that runs these params ("cpu_flash", "cpu_reference", "sm80",
  * ...), or NULL with the reason in fa_last_error(). */
 FA_API const char* fa_fwd_kernel_name(const fa_fwd_params* params);
+FA_API const char* fa_bwd_kernel_name(const fa_bwd_params* params);
 
 /* stream: a cudaStream_t on CUDA (NULL = legacy default stream); ignored on the CPU. */
 FA_API fa_status fa_fwd(const fa_fwd_params* params, void* stream);

@@ -21,7 +21,7 @@ from ._lib import (  # noqa: E402
     has_cuda,
     library_path,
 )
-from ._ops import fwd_kernel_name  # noqa: E402
+from ._ops import bwd_kernel_name, fwd_kernel_name  # noqa: E402
 from .interface import (  # noqa: E402
     attention,
     flash_attn_func,
@@ -49,6 +49,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "fwd_kernel_name",
+    "bwd_kernel_name",
     "library_path",
     "library_version",
     "has_cuda",

@@ -182,6 +182,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fa_can_implement_fwd": (c.c_int, [c.POINTER(FaFwdParams)]),
         "fa_can_implement_bwd": (c.c_int, [c.POINTER(FaBwdParams)]),
         "fa_fwd_kernel_name": (c.c_char_p, [c.POINTER(FaFwdParams)]),
+        "fa_bwd_kernel_name": (c.c_char_p, [c.POINTER(FaBwdParams)]),
         "fa_fwd": (c.c_int, [c.POINTER(FaFwdParams), c.c_void_p]),
         "fa_bwd_workspace_size": (c.c_int, [c.POINTER(FaBwdParams), c.POINTER(c.c_size_t)]),
         "fa_bwd": (c.c_int, [c.POINTER(FaBwdParams), c.c_void_p]),

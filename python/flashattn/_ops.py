@@ -250,16 +250,33 @@ def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, 
 
 def fwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1) -> str:
     """Name of the kernel family the forward would run for these tensors ("cpu_flash", "sm80", ...)."""
+    return _kernel_name("fwd", q, k, v, scale, softcap, causal, window_left, window_right)
+
+
+def bwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1) -> str:
+    """Name of the kernel family the backward would run for these tensors ("cpu_flash", "sm80", ...)."""
+    return _kernel_name("bwd", q, k, v, scale, softcap, causal, window_left, window_right)
+
+
+def _kernel_name(op, q, k, v, scale, softcap, causal, window_left, window_right) -> str:
     check_qkv(q, k, v, varlen=False)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
     p, _ = _fill_fwd(q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right, False)
     L = _lib.lib()
-    _lib.check(L.fa_can_implement_fwd(ctypes.byref(p)), "fa_can_implement_fwd")
-    name = L.fa_fwd_kernel_name(ctypes.byref(p))
+    if op == "fwd":
+        params, can, name_of = p, L.fa_can_implement_fwd, L.fa_fwd_kernel_name
+    else:  # the gradients' views only need valid shapes: q, k, v and out stand in for them
+        params = _lib.FaBwdParams()
+        params.struct_size = ctypes.sizeof(_lib.FaBwdParams)
+        params.fwd = p
+        params.dout, params.dq, params.dk, params.dv = (_view(t, False) for t in (out, q, k, v))
+        can, name_of = L.fa_can_implement_bwd, L.fa_bwd_kernel_name
+    _lib.check(can(ctypes.byref(params)), f"fa_can_implement_{op}")
+    name = name_of(ctypes.byref(params))
     if name is None:
-        _lib.check(_lib.INTERNAL_ERROR, "fa_fwd_kernel_name")
+        _lib.check(_lib.INTERNAL_ERROR, f"fa_{op}_kernel_name")
     return name.decode()
 
 

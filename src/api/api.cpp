@@ -241,6 +241,17 @@ void check_supported(const Problem& p, bool backward) {
 
 bool use_reference(const Problem& p) { return p.algorithm == FA_ALGORITHM_REFERENCE; }
 
+// The kernel family that runs a checked problem in one direction.
+const char* kernel_family(const Problem& p, bool backward) {
+  check_supported(p, backward);
+  if (p.device == FA_DEVICE_CPU) return use_reference(p) ? "cpu_reference" : "cpu_flash";
+#if FA_HAVE_CUDA
+  return backward ? cuda::bwd_kernel_name(p) : cuda::fwd_kernel_name(p);
+#else
+  return nullptr;  // unreachable: check_supported refuses CUDA devices without the backend
+#endif
+}
+
 }  // namespace
 }  // namespace fa
 
@@ -314,17 +325,13 @@ fa_status fa_can_implement_bwd(const fa_bwd_params* params) {
 
 const char* fa_fwd_kernel_name(const fa_fwd_params* params) {
   const char* name = nullptr;
-  guarded("fa_fwd_kernel_name", [&] {
-    const Problem p = make_problem(params, false);
-    check_supported(p, false);
-    if (p.device == FA_DEVICE_CPU) {
-      name = use_reference(p) ? "cpu_reference" : "cpu_flash";
-      return;
-    }
-#if FA_HAVE_CUDA
-    name = cuda::kernel_name(p);
-#endif
-  });
+  guarded("fa_fwd_kernel_name", [&] { name = kernel_family(make_problem(params, false), false); });
+  return name;
+}
+
+const char* fa_bwd_kernel_name(const fa_bwd_params* params) {
+  const char* name = nullptr;
+  guarded("fa_bwd_kernel_name", [&] { name = kernel_family(make_bwd_problem(params), true); });
   return name;
 }
 

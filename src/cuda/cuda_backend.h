@@ -15,7 +15,9 @@ void device_info(int device, fa_device_info* info);
 // Throws NOT_SUPPORTED naming the reason when no compiled kernel serves p.
 void check_supported_fwd(const Problem& p);
 void check_supported_bwd(const Problem& p);
-const char* kernel_name(const Problem& p);  // e.g. "sm80"
+// Kernel family that runs p, e.g. "sm80", "sm90".
+const char* fwd_kernel_name(const Problem& p);
+const char* bwd_kernel_name(const Problem& p);
 
 void fwd(const Problem& p, void* stream);
 size_t bwd_workspace_size(const Problem& p);

@@ -180,6 +180,11 @@ void check_supported_bwd(const Problem& p) {
   (void)prepare(p, &params);
 }
 
+const char* bwd_kernel_name(const Problem& p) {
+  sm80::BwdParams params;
+  return prepare(p, &params).family;
+}
+
 size_t bwd_workspace_size(const Problem& p) {
   DeviceGuard guard(p.device);
   sm80::BwdParams params;

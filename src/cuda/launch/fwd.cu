@@ -1,4 +1,4 @@
-// CUDA backend, launch/: forward dispatch: check_supported_fwd, kernel_name, fwd.
+// CUDA backend, launch/: forward dispatch: check_supported_fwd, fwd_kernel_name, fwd.
 // Turns a validated fa::Problem into FwdParams, picks the row of launch/kernel_table.h and
 // launches it. Host code only: no kernel code, no re-validation of what the API core checked.
 #include <cuda_runtime_api.h>
@@ -138,7 +138,7 @@ void check_supported_fwd(const Problem& p) {
   (void)prepare(p, &params);
 }
 
-const char* kernel_name(const Problem& p) {
+const char* fwd_kernel_name(const Problem& p) {
   sm80::FwdParams params;
   return prepare(p, &params).family;
 }

@@ -19,7 +19,7 @@ namespace fa::cuda {
 enum class Direction { fwd, bwd };
 
 struct FwdKernelRow {
-  const char* family;  // kernel_name(): "sm80", "sm90"
+  const char* family;  // fwd_kernel_name(): "sm80", "sm90"
   int min_cc;          // lowest compute capability (major·10 + minor) it runs on
   int max_cc;          // highest (sm_90a code runs on 9.0 alone)
   Dtype dtype;
@@ -69,7 +69,7 @@ inline const FwdKernelRow kFwdKernels[] = {
 };
 
 struct BwdKernelRow {
-  const char* family;  // "sm80"
+  const char* family;  // bwd_kernel_name(): "sm80"
   int min_cc;          // lowest compute capability (major·10 + minor) it runs on
   Dtype dtype;
   int head_dim;  // serves D, Dv <= head_dim

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU proof run, for a machine with an NVIDIA GPU and a CUDA build of the project in $BUILD.
 # Pass FLASHATTN_COMMIT=<sha> where the tree has no .git, so results name their commit.
-# Runs the steps named on the command line (default: all), each with its own log under $OUT:
+# Runs the steps named on the command line (default: all), each with its own log, packed into
+# $OUT/logs.tgz; the benchmark writes $OUT/bench.json and bench.png:
 #   checks     the CUDA check programs: correctness vs the CPU reference, determinism, 2^31 offsets
 #   sanitize   compute-sanitizer memcheck, racecheck and initcheck on small awkward shapes
 #   python     the pytest suite's GPU cases (the `gpu` marker)
@@ -11,20 +12,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp/flashattn-proof}
-mkdir -p "$OUT"
+LOGS=$OUT/logs  # packed into $OUT/logs.tgz at exit: the device returns only a few files
+mkdir -p "$LOGS"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"' EXIT
 export FLASHATTN_LIBRARY=$PWD/$BUILD/src/libflashattn.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
 export FA_AWKWARD_SHAPES=$PWD/tests/awkward_shapes.txt
 export LD_LIBRARY_PATH=$PWD/$BUILD/src:${LD_LIBRARY_PATH:-}
 steps=${*:-checks sanitize python cli bench}
 failed=()
 
-# step NAME SECONDS CMD...: runs CMD with a time limit, its output in $OUT/NAME.log.
+# step NAME SECONDS CMD...: runs CMD with a time limit, its output in $LOGS/NAME.log.
 step() {
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
-  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-90)"
+  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-90)"
   [ "$rc" = 0 ] || failed+=("$name")
 }
 
@@ -52,7 +55,7 @@ for s in $steps; do
       step cli_demo 180 "$BUILD/tools/flashattn" demo --plot "$OUT/demo-memory.png" ;;
     bench)
       step bench 300 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
-        --json "$OUT/$(date +%F)-h200-sm80.json" --plot "$OUT/bench.png" ;;
+        --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
     *) echo "unknown step: $s"; failed+=("$s") ;;
   esac
 done

@@ -176,16 +176,30 @@ void Attention::randomize(uint64_t seed) {
     gpu::fill_normal(b->get(), t_, b->bytes() / dtype_bytes(t_), seed + 0x5851F42D4C957F2Dull * ++n);
 }
 
-bool Attention::alloc_outputs() {
-  const size_t e = dtype_bytes(t_);
-  o_ = Buffer(device_, s_.numel_o() * e);
+bool Attention::alloc_outputs() { return alloc_forward_outputs() && alloc_backward_outputs(); }
+
+bool Attention::alloc_forward_outputs() {
+  o_ = Buffer(device_, s_.numel_o() * dtype_bytes(t_));
   lse_ = Buffer(device_, s_.numel_lse() * 4);
+  for (const Buffer* b : {&o_, &lse_})
+    if (!b->ok()) {
+      error_ = fmt("cannot allocate %s MiB for the forward's outputs", mib(double(b->bytes())).c_str());
+      return false;
+    }
+  o_.poison();
+  lse_.poison();
+  if (device_ != FA_DEVICE_CPU) gpu::sync();
+  return true;
+}
+
+bool Attention::alloc_backward_outputs() {
+  const size_t e = dtype_bytes(t_);
   dq_ = Buffer(device_, s_.numel_q() * e);
   dk_ = Buffer(device_, s_.numel_k() * e);
   dv_ = Buffer(device_, s_.numel_v() * e);
-  for (const Buffer* b : {&o_, &lse_, &dq_, &dk_, &dv_})
+  for (const Buffer* b : {&dq_, &dk_, &dv_})
     if (!b->ok()) {
-      error_ = fmt("cannot allocate %s MiB for the outputs", mib(double(b->bytes())).c_str());
+      error_ = fmt("cannot allocate %s MiB for the gradients", mib(double(b->bytes())).c_str());
       return false;
     }
   if (device_ != FA_DEVICE_CPU) {  // the backward's scratch, allocated here so it is counted
@@ -199,7 +213,8 @@ bool Attention::alloc_outputs() {
       }
     }
   }
-  poison_outputs();
+  for (Buffer* b : {&dq_, &dk_, &dv_}) b->poison();  // O and LSE may hold the forward's result
+  if (device_ != FA_DEVICE_CPU) gpu::sync();
   return true;
 }
 

@@ -82,8 +82,11 @@ class Attention {
   // Fresh standard normal inputs made where they live (on a GPU: by a kernel, no copies).
   void randomize(uint64_t seed);
   // The outputs (o, lse, dq, dk, dv and a backward workspace) are allocated apart from the
-  // inputs so a caller can measure the memory they take; poisoned with NaN.
+  // inputs so a caller can measure the memory they take; poisoned with NaN. The forward's (o,
+  // lse) and the backward's (gradients, workspace) can be allocated apart, in that order.
   bool alloc_outputs();
+  bool alloc_forward_outputs();
+  bool alloc_backward_outputs();
   void free_outputs();
   void poison_outputs();
 

@@ -123,12 +123,14 @@ Measured measure_gpu_flash(Attention& a, bool want_outputs) {
   a.free_outputs();
   gpu::MemWatch watch;
   watch.begin();
-  const bool allocated = a.alloc_outputs();
+  bool allocated = a.alloc_forward_outputs();
   watch.sample();
   const bool fwd_ran = allocated && a.fwd(FA_ALGORITHM_FLASH) == FA_STATUS_OK;
   watch.sample();
   m.fwd_peak_bytes = watch.peak();
-  const bool ran = fwd_ran && a.bwd(FA_ALGORITHM_FLASH) == FA_STATUS_OK;
+  allocated = allocated && a.alloc_backward_outputs();
+  watch.sample();
+  const bool ran = fwd_ran && allocated && a.bwd(FA_ALGORITHM_FLASH) == FA_STATUS_OK;
   m.peak_bytes = watch.end();
   if (!ran) {
     m.note = allocated ? fa_last_error() : a.error();

@@ -21,14 +21,18 @@ build: $(BUILD)/CMakeCache.txt
 demo: build
 	$(BUILD)/tools/flashattn demo
 
-# Python packages the tests need (see README: Dependencies).
+# What the tests need (see README: Dependencies): GoogleTest from the system's packages (as
+# root with apt-get; otherwise install it yourself), the Python packages with pip.
 deps:
-	$(PYTHON) -c "import torch, numpy, pytest" 2>/dev/null || $(PYTHON) -m pip install -r requirements-test.txt
+	@dpkg -s libgtest-dev >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && apt-get install -y -qq libgtest-dev; } || \
+	  echo "GoogleTest is missing (apt-get install libgtest-dev): the C++ suite will be skipped"
+	$(PYTHON) -c "import torch, numpy, pytest, transformers" 2>/dev/null || $(PYTHON) -m pip install -r requirements-test.txt
 
-test-cpp: build
+test-cpp: deps build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-test-python: build deps
+test-python: deps build
 	FLASHATTN_LIBRARY=$(abspath $(BUILD))/src/libflashattn.so PYTHONPATH=python $(PYTHON) -m pytest -q python/tests
 
 # Every test: the GoogleTest suite under ctest, then the pytest suite.

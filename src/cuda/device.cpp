@@ -2,7 +2,7 @@
 // fa_get_device_info). Host code only; errors become fa::Error; launches nothing.
 #include <cuda_runtime_api.h>
 
-#include <cstring>
+#include <cstdio>
 
 #include "cuda/common/check.h"
 #include "cuda/cuda_backend.h"
@@ -34,8 +34,7 @@ void device_info(int device, fa_device_info* info) {
   info->sm_count = prop.multiProcessorCount;
   info->total_memory = static_cast<int64_t>(prop.totalGlobalMem);
   info->smem_per_block = smem_optin;
-  std::memset(info->name, 0, sizeof(info->name));
-  std::strncpy(info->name, prop.name, sizeof(info->name) - 1);
+  std::snprintf(info->name, sizeof(info->name), "%s", prop.name);
 }
 
 }  // namespace fa::cuda

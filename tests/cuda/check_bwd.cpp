@@ -1,6 +1,7 @@
-// Tests, GPU: the CUDA backward (sm80 path) against the CPU reference, through the C ABI only.
+// Tests, GPU: the CUDA backward (every dispatch path: sm80, sm90) against the CPU reference, C ABI only.
 // Modes: `check` (awkward shapes x features x dtypes, canaries, NaN poison), `determinism`,
-// `small` (a short run for compute-sanitizer), `bench [hdim]` (the ANCHORS grid, TFLOP/s).
+// `small` (a short run for compute-sanitizer), `bench [hdim]` (the ANCHORS grid, TFLOP/s),
+// `sm90` (shapes the Hopper path takes, failing unless fa_bwd_kernel_name says "sm90").
 #include <cuda_runtime.h>  // templated cudaMalloc for common.h
 
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Case {
   bool deterministic = false;
   Layout layout = Layout::bshd;
   bool own_workspace = false;
+  const char* expect_kernel = nullptr;  // when set, fa_bwd_kernel_name must say this
   bool varlen() const { return !lens_q.empty(); }
   int64_t rows_q() const { return varlen() ? total(lens_q) : B * Sq; }
   int64_t rows_k() const { return varlen() ? total(lens_k) : B * Sk; }
@@ -285,6 +287,10 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
   } else if (can != FA_STATUS_OK) {
     ok = false;
     msg = std::string(" refused: ") + fa_last_error();
+  } else if (const char* kn = fa_bwd_kernel_name(&bp);
+             c.expect_kernel != nullptr && (kn == nullptr || std::strcmp(kn, c.expect_kernel) != 0)) {
+    ok = false;
+    msg = std::string(" ran on ") + (kn ? kn : "?") + ", expected " + c.expect_kernel;
   } else {
     if (c.own_workspace) {
       size_t bytes = 0;
@@ -428,10 +434,47 @@ int mode_determinism() {
   return bad ? 1 : 0;
 }
 
+// The Hopper backward's cases (dense, D and Dv in (64, 128] or (0, 64] per compiled kernel):
+// partial tiles in q and kv, causal with Sq < Sk and Sq > Sk, windows, softcap, GQA and MQA,
+// D < compiled D, deterministic mode, both dtypes and all layouts. Each must run on "sm90".
+int mode_sm90() {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::vector<Case> base = {
+      {"s128_d128", 1, 128, 128, 2, 2, 128, 128, {}, {}, false},
+      {"s1_d128", 2, 1, 1, 2, 2, 128, 128, {}, {}, false},
+      {"q113_k203_d128", 1, 113, 203, 2, 1, 128, 128, {}, {}, false},
+      {"q203_k113_d64", 1, 203, 113, 2, 2, 64, 64, {}, {}, false},
+      {"b2_s1000_d128", 2, 1000, 1000, 4, 4, 128, 128, {}, {}, false},
+      {"gqa4_s777_k640_d64", 1, 777, 640, 8, 2, 64, 64, {}, {}, false},
+      {"mqa_s300_d128", 2, 300, 257, 4, 1, 128, 128, {}, {}, false},
+      {"d96_s300_k333", 2, 300, 333, 2, 2, 96, 96, {}, {}, false},
+      {"d128_dv72_s200", 1, 200, 190, 2, 2, 128, 72, {}, {}, false},
+      {"d64_s1024_k1023", 1, 1024, 1023, 1, 1, 64, 64, {}, {}, false},
+  };
+  int n = 0;
+  for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})
+    for (const Case& b : base)
+      for (int feature = 0; feature < 4; ++feature) {
+        Case c = b;
+        c.expect_kernel = "sm90";
+        if (feature == 1) c.causal = true;
+        if (feature == 2) c.wl = 100, c.wr = 37;
+        if (feature == 3) c.softcap = 2.f, c.causal = true;
+        c.layout = Layout(n % 3);
+        c.deterministic = (n / 4 + feature) % 2 == 1;  // every feature with and without
+        c.own_workspace = n % 4 == 2;
+        run_case(c, dt, seed + n++, false);
+      }
+  std::printf("%s: %d failure(s) of %d cases\n", g_failures ? "FAILED" : "PASSED", g_failures, n);
+  return g_failures ? 1 : 0;
+}
+
 // ANCHORS grid: bf16, 16k tokens, heads = 2048 / hdim, causal and not; median of cudaEvent times.
 int mode_bench(int only_hdim) {
   const fa_dtype dt = FA_DTYPE_BF16;
-  std::printf("| hdim | causal | seqlen | batch | heads | ms | TFLOP/s |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("| hdim | causal | seqlen | batch | heads | kernel | ms | TFLOP/s |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int hd : {64, 128, 256}) {
     if (only_hdim && hd != only_hdim) continue;
     // B·S·H·hd = 16384·2048 in every cell of the grid: one random tensor serves them all.
@@ -486,8 +529,8 @@ int mode_bench(int only_hdim) {
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = 2.5 * 4.0 * double(B) * H * double(S) * S * hd / (causal ? 2 : 1);
-        std::printf("| %d | %s | %lld | %lld | %lld | %.3f | %.1f |\n", hd, causal ? "yes" : "no", (long long)S,
-                    (long long)B, (long long)H, med, flops / med / 1e9);
+        std::printf("| %d | %s | %lld | %lld | %lld | %s | %.3f | %.1f |\n", hd, causal ? "yes" : "no", (long long)S,
+                    (long long)B, (long long)H, fa_bwd_kernel_name(&bp), med, flops / med / 1e9);
         std::fflush(stdout);
         GC_CUDA(cudaFree(ws));
         for (DevTensor& d : t) d.buf.release();
@@ -509,6 +552,7 @@ int main(int argc, char** argv) {
   if (mode == "small") return mode_check(true);
   if (mode == "determinism") return mode_determinism();
   if (mode == "bench") return mode_bench(argc > 2 ? std::atoi(argv[2]) : 0);
-  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]]\n");
+  if (mode == "sm90") return mode_sm90();
+  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]|sm90]\n");
   return 2;
 }

@@ -52,7 +52,8 @@ void check_alignment(const char* name, const Tensor& t, bool rows, bool heads, b
                 " strides (row, head, batch) must be multiples of 8 elements (16 bytes) on the GPU");
 }
 
-const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
+// The first row at or after `from` that serves p's dtype and head dims on this device.
+const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps, const BwdKernelRow* from = kBwdKernels) {
   if (p.algorithm == FA_ALGORITHM_REFERENCE) unsupported("the reference algorithm runs on the CPU only");
   if (p.dtype != Dtype::bf16 && p.dtype != Dtype::f16)
     unsupported(std::string("dtype ") + dtype_name(p.dtype) + " is not supported (bf16 and fp16 are)");
@@ -61,8 +62,9 @@ const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
     unsupported("head dims must be multiples of 8 on the GPU (got D = " + std::to_string(p.head_dim) +
                 ", Dv = " + std::to_string(p.head_dim_v) + ")");
   const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  for (const BwdKernelRow* row = kBwdKernels; row->family != nullptr; ++row) {
-    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc) return *row;
+  for (const BwdKernelRow* row = from; row->family != nullptr; ++row) {
+    if (row->dtype == p.dtype && row->head_dim >= need && caps.cc >= row->min_cc && caps.cc <= row->max_cc)
+      return *row;
   }
   unsupported("no compiled kernel serves head dim " + std::to_string(need) + " in " +
               dtype_name(p.dtype) + " (this build's FA_CUDA_HDIMS)");
@@ -135,7 +137,7 @@ sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
 // The row that runs p and its params (workspace pointers unset); throws NOT_SUPPORTED naming why.
 const BwdKernelRow& prepare(const Problem& p, sm80::BwdParams* params) {
   const DeviceCaps caps = device_caps(p.device);
-  const BwdKernelRow& row = select_row(p, caps);
+  const BwdKernelRow* row = &select_row(p, caps);
   constexpr int64_t kIntMax = INT32_MAX;
   if (p.seqlen_q > kIntMax || p.seqlen_k > kIntMax || p.batch > kIntMax || p.heads_q > kIntMax)
     unsupported("sequence lengths, batch and heads must each be below 2^31");
@@ -149,10 +151,16 @@ const BwdKernelRow& prepare(const Problem& p, sm80::BwdParams* params) {
   check_alignment("dq", p.dq, varlen || p.seqlen_q > 1, p.heads_q > 1, vb);
   check_alignment("dk", p.dk, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
   check_alignment("dv", p.dv, varlen || p.seqlen_k > 1, p.heads_kv > 1, vb);
-  *params = make_params(p, row);
-  const std::string why = row.can_implement(*params, caps.smem_optin);
+  // A row that may decline (sm90) hands a problem it does not run to the next eligible row.
+  while (row->may_decline) {
+    *params = make_params(p, *row);
+    if (row->can_implement(*params, caps.smem_optin).empty()) return *row;
+    row = &select_row(p, caps, row + 1);
+  }
+  *params = make_params(p, *row);
+  const std::string why = row->can_implement(*params, caps.smem_optin);
   if (!why.empty()) unsupported(why);
-  return row;
+  return *row;
 }
 
 // Stream-ordered scratch the library owns when the caller passes no workspace.

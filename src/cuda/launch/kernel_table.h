@@ -13,6 +13,9 @@
 #if defined(FA_HAVE_SM90)
 #include "cuda/sm90/fwd_config.h"
 #endif
+#if defined(FA_HAVE_SM90_BWD)
+#include "cuda/sm90/bwd_config.h"
+#endif
 
 namespace fa::cuda {
 
@@ -69,8 +72,10 @@ inline const FwdKernelRow kFwdKernels[] = {
 };
 
 struct BwdKernelRow {
-  const char* family;  // bwd_kernel_name(): "sm80"
+  const char* family;  // bwd_kernel_name(): "sm80", "sm90"
   int min_cc;          // lowest compute capability (major·10 + minor) it runs on
+  int max_cc;          // highest (sm_90a code runs on 9.0 alone)
+  bool may_decline;    // true: when can_implement rejects a problem, dispatch tries the next row
   Dtype dtype;
   int head_dim;  // serves D, Dv <= head_dim
   int block_n;   // kv rows per CTA (sizes BwdParams::num_kv_blocks)
@@ -80,13 +85,32 @@ struct BwdKernelRow {
 };
 
 #define FA_SM80_BWD_ROWS(D)                                                                    \
-  BwdKernelRow{"sm80", 80, Dtype::bf16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>,           \
-               &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                 \
-      BwdKernelRow{"sm80", 80, Dtype::f16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>,        \
-                   &sm80::bwd_can_implement<D, false>, &sm80::bwd_launch<D, false>},
+  BwdKernelRow{"sm80", 80, 1000, false, Dtype::bf16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>, \
+               &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                    \
+      BwdKernelRow{"sm80", 80, 1000, false, Dtype::f16, D, sm80::kBwdBlockN<D>,                   \
+                   sm80::kBwdBlockM<D>, &sm80::bwd_can_implement<D, false>,                       \
+                   &sm80::bwd_launch<D, false>},
 
-// Backward rows (main kernel; pre/post are shared), ascending head dim within each family.
+// Hopper rows (FA_SM90_BWD builds, head dims 64 and 128): they decline what they do not run
+// (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
+#define FA_SM90_BWD_ROWS(D)                                                                    \
+  BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>, \
+               &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>},                 \
+      BwdKernelRow{"sm90", 90, 90, true, Dtype::f16, D, sm90::kBwdBlockN<D>,                   \
+                   sm90::kBwdBlockM<D>, &sm90::bwd_can_implement<D, false>,                    \
+                   &sm90::bwd_launch<D, false>},
+
+// Backward rows (main kernel; pre/post are shared), ascending head dim within each family;
+// the sm90 rows (when built) come first.
 inline const BwdKernelRow kBwdKernels[] = {
+#if defined(FA_HAVE_SM90_BWD)
+#if defined(FA_SM90_BWD_HDIM_64)
+    FA_SM90_BWD_ROWS(64)
+#endif
+#if defined(FA_SM90_BWD_HDIM_128)
+    FA_SM90_BWD_ROWS(128)
+#endif
+#endif
 #if defined(FA_CUDA_HDIM_64)
     FA_SM80_BWD_ROWS(64)
 #endif
@@ -96,7 +120,7 @@ inline const BwdKernelRow kBwdKernels[] = {
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80_BWD_ROWS(256)
 #endif
-    BwdKernelRow{nullptr, 0, Dtype::f32, 0, 0, 0, nullptr, nullptr}  // end marker
+    BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, nullptr, nullptr}  // end marker
 };
 
 }  // namespace fa::cuda

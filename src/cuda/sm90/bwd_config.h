@@ -1,0 +1,47 @@
+// CUDA backend, sm90/: tile shapes of the Hopper backward main kernel per compiled head dim, and
+// the launch entry each bwd_hdim*.cu instantiates. Only constants and declarations: no kernel
+// code, no dispatch (launch/kernel_table.h holds the rows).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda/sm80/bwd_params.h"
+
+namespace fa::cuda::sm90 {
+
+// Per head dim: kv rows per CTA (64 per consumer warpgroup, stationary), query rows per streamed
+// step, Q/dO stages. Registers per consumer thread (240 after setmaxnreg) hold dK and dV
+// (2·kHeadDim/2 fp32) plus Sᵀ and dPᵀ (2·kBlockM/2) for the warpgroup's 64 kv rows; the dQ
+// tile (64 x 64, 32 fp32) comes after Sᵀ/dPᵀ are dead. Shared memory =
+// (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + stages·BM·8.
+// Shapes follow the FlashAttention-3 design (BN 128; BM 128 at D 64, 64 at D 128); not yet run
+// on a GPU (docs/PERF.md "GPU backward (sm90 path)"). D 256 needs 256 fp32 of dK+dV per
+// thread: served by sm80.
+template <int kHeadDim>
+struct BwdConfig;
+template <>
+struct BwdConfig<64> {  // 163 KiB (166,952 B with alignment and barriers)
+  static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
+};
+template <>
+struct BwdConfig<128> {  // 162 KiB (165,928 B)
+  static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
+};
+
+template <int kHeadDim>
+inline constexpr int kBwdBlockN = BwdConfig<kHeadDim>::kBlockN;
+template <int kHeadDim>
+inline constexpr int kBwdBlockM = BwdConfig<kHeadDim>::kBlockM;
+
+// Empty string when the kernel can run p on a device with smem_optin bytes per block (checks the
+// problem fields and builds the tensor maps to validate them); else the reason (dispatch then
+// falls back to sm80).
+template <int kHeadDim, bool kIsBf16>
+std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin);
+// Builds the tensor maps, launches the main kernel on `stream` and checks the launch.
+template <int kHeadDim, bool kIsBf16>
+void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream);
+
+}  // namespace fa::cuda::sm90

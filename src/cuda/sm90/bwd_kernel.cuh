@@ -1,0 +1,491 @@
+// CUDA backend, sm90/: the FlashAttention-3-design backward main kernel class (TMA, mbarriers,
+// wgmma, warp specialisation with setmaxnreg). One CTA per (kv block, kv head, batch): K and V
+// stay in shared memory; warp 0 of warpgroup 0 streams (query head, q block) steps of Q, dO,
+// LSE and D through a kStages ring; warpgroups 1 and 2 each own 64 kv rows:
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
+//   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
+//   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
+//   dQ_accum += dS·K (wgmma from shared memory; fp32 red.global.add, one add per element).
+// Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
+#pragma once
+
+#include <cuda/ptx>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/convert.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/red.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/stmatrix.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/bwd_params.h"
+#include "cuda/sm90/fwd_kernel.cuh"  // SmemBarrier, WarpGroupRole
+
+namespace fa::cuda::sm90 {
+
+// Named barriers of the two consumer warpgroups (id 0 is __syncthreads).
+enum class BwdBarrier { ds_ready = 1, dq_done = 2 };
+
+template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kIsBf16_>
+struct BwdKernel {
+  using Params = BwdParams;
+  using T = typename Storage<kIsBf16_>::type;
+
+  static constexpr bool kIsBf16 = kIsBf16_;
+  static constexpr int kHeadDim = kHeadDim_;  // compiled D (and Dv); smaller ones zero-fill
+  static constexpr int kBlockN = kBlockN_;    // kv rows per CTA (stationary)
+  static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
+  static constexpr int kStages = kStages_;
+
+  // Warp roles: one producer warpgroup (warp 0 loads), two consumer warpgroups of 64 kv rows.
+  static constexpr int kWarpGroupThreads = 128;
+  static constexpr int kConsumerGroups = 2;
+  static constexpr int kConsumerThreads = kWarpGroupThreads * kConsumerGroups;
+  static constexpr int kThreads = kWarpGroupThreads * (1 + kConsumerGroups);
+  static constexpr int kMinBlocks = 1;  // the register cap setmaxnreg needs at entry
+  static constexpr int kConsumerWarps = 4 * kConsumerGroups;
+  // 65536 registers per SM: 128·24 (producer) + 256·240 (consumers) = 64512 (as the forward).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kWarpGroupThreads * (kProducerRegs + kConsumerGroups * kConsumerRegs) <= 65536,
+                "register file");
+
+  // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row), every panel
+  // 1024-byte aligned. K, V: kPanels panels of kBlockN rows. Each Q and dO stage: kPanels panels
+  // of kBlockM rows. dS [q][kv] (2 buffers, step parity): kBlockN / 64 panels of kBlockM rows,
+  // panel w written by consumer warpgroup w. Then LSE·log2e and D per stage, then the mbarriers.
+  static constexpr int kPanelCols = 64;
+  static constexpr int kPanels = kHeadDim / kPanelCols;
+  static constexpr int kRowBytes = kPanelCols * 2;  // 128
+  static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
+  static constexpr int kKVBytes = kPanels * kKVPanelBytes;
+  static constexpr int kQPanelBytes = kBlockM * kRowBytes;
+  static constexpr int kQBytes = kPanels * kQPanelBytes;
+  static constexpr int kDSPanelBytes = kBlockM * kRowBytes;
+  static constexpr int kDSBytes = (kBlockN / kPanelCols) * kDSPanelBytes;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKVBytes;
+  static constexpr int kOffQ = kOffV + kKVBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;
+  static constexpr int kOffLse = kOffDS + 2 * kDSBytes;
+  static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
+  static constexpr int kOffBars = kOffDsum + kStages * kBlockM * 4;
+  static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[s], empty[s]
+  static constexpr int kAlign = 1024;                    // swizzle atom
+  static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
+
+  static constexpr int kNT = kBlockM / 8;    // n8 chunks of Sᵀ / dPᵀ (q columns)
+  static constexpr int kKT = kBlockM / 16;   // k16 steps of dV / dK (over q)
+  static constexpr int kDT = kHeadDim / 8;   // n8 chunks of dK / dV
+  // dQ = dS·K split between the consumer warpgroups: by q rows when kBlockM = 128 (each
+  // warpgroup 64 rows x kHeadDim), else by columns (64 rows x kHeadDim / 2).
+  static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
+  static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;
+
+  static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
+  static_assert(kBlockN == 64 * kConsumerGroups, "64 kv rows per consumer warpgroup");
+  static_assert(kBlockM == 64 || kDqSplitRows, "q block of 64 or 128 rows");
+  static_assert(kDqN % kPanelCols == 0, "dQ column slice of whole panels");
+  static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0, "alignment");
+
+  static constexpr int smem_bytes() { return kSmemBytes; }
+  static dim3 block() { return dim3(kThreads); }
+  // One CTA per (kv block, kv head, batch), kv block fastest (as sm80: deterministic mode waits
+  // on lower kv blocks, which are launched first).
+  static int64_t num_ctas(const sm80::BwdParams& p) {
+    return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
+  }
+  static dim3 grid(const Params& p) { return dim3(static_cast<unsigned>(num_ctas(p.prob))); }
+
+  __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
+
+ private:
+  // First row r in [0, sq) with pred(r) true for a predicate monotone in r (sq if none).
+  template <class Pred>
+  __device__ __forceinline__ static int first_row(int sq, Pred pred) {
+    int lo = 0, hi = sq;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (pred(mid)) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+  }
+
+  struct Steps {
+    int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
+  };
+
+  __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
+                                                  const Steps& w);
+  __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
+                                                  uint64_t* bars, const Steps& w);
+};
+
+template <int D, int BN, int BM, int S, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const Params& params,
+                                                                        char* smem_raw) const {
+  const sm80::BwdParams& p = params.prob;
+  Steps w;
+  w.kv_block = static_cast<int>(blockIdx.x % p.num_kv_blocks);
+  const int64_t rest = blockIdx.x / p.num_kv_blocks;
+  w.hk = static_cast<int>(rest % p.heads_kv);
+  w.b = static_cast<int>(rest / p.heads_kv);
+  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  w.kv0 = w.kv_block * kBlockN;
+  if (w.kv0 >= sk) return;  // uniform over the CTA
+  w.kv_rows = min(kBlockN, sk - w.kv0);
+
+  // Query rows that see some key of this block: [row_lo, row_hi) (key_begin/key_end monotone);
+  // the q blocks covering them, for each query head of the group (q block fastest).
+  const fa::Mask mask = p.mask;
+  const int kv0 = w.kv0, kv_end = w.kv0 + w.kv_rows;
+  const int row_lo = first_row(sq, [&](int r) { return mask.key_end(r, sq, sk) > kv0; });
+  const int row_hi = first_row(sq, [&](int r) { return mask.key_begin(r, sq, sk) >= kv_end; });
+  w.qb_first = row_lo / kBlockM;
+  const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
+  w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
+  w.steps = w.n_qb * p.group;
+
+  // 1024-byte aligned tiles (the swizzle atom), then the barriers.
+  const uint32_t raw = ptx::smem_u32(smem_raw);
+  const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
+  char* smem = smem_raw + pad;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
+  // bars: [0] kv_full, [1 + s] full (Q, dO, LSE, D of stage s), [1 + S + s] empty
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    SmemBarrier{bars}.init(1);
+    for (int s = 0; s < kStages; ++s) {
+      SmemBarrier{bars + 1 + s}.init(32);                          // the producer warp's lanes
+      SmemBarrier{bars + 1 + kStages + s}.init(kConsumerWarps);  // lane 0 of each consumer warp
+    }
+    ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
+
+  const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
+  if (role == WarpGroupRole::producer) {
+    ptx::warpgroup_reg_dealloc<kProducerRegs>();
+    if (tid < 32 && w.steps > 0) producer(params, smem, bars, w);
+  } else {
+    ptx::warpgroup_reg_alloc<kConsumerRegs>();
+    consumer(params, raw + pad, smem, bars, w);
+  }
+}
+
+// warp:: scope (the producer warp). K and V once; then, per step, LSE·log2e and D by the 32
+// lanes (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there) and Q, dO
+// by TMA from lane 0. Every lane arrives on full[stage]; lane 0 also sets the byte count.
+template <int D, int BN, int BM, int S, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Params& params, char* smem,
+                                                                      uint64_t* bars, const Steps& w) {
+  const sm80::BwdParams& p = params.prob;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int sq = p.seqlen_q;
+  if (lane == 0) {
+    SmemBarrier{bars}.arrive_expect_tx(2 * kKVBytes);
+    for (int c = 0; c < kPanels; ++c) {
+      const int32_t coords[4] = {c * kPanelCols, w.kv0, w.hk, w.b};
+      ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                        smem + kOffK + c * kKVPanelBytes, &params.tm_k, coords, bars);
+      ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                        smem + kOffV + c * kKVPanelBytes, &params.tm_v, coords, bars);
+    }
+  }
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % kStages;
+    const uint32_t phase = (s / kStages) & 1;
+    const int h = w.hk * p.group + s / w.n_qb;
+    const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
+    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
+    // The consumers released this stage (parity of the previous round; a fresh barrier's
+    // "previous phase" counts as complete).
+    empty.wait(phase ^ 1);
+    float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
+    float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
+    const int64_t row0 = (int64_t(w.b) * p.heads_q + h) * sq;
+    for (int r = lane; r < kBlockM; r += 32) {
+      const int q = q0 + r;
+      float l2 = INFINITY, d = 0.f;
+      if (q < sq) {
+        // A row with no visible key has LSE = −inf: +inf here, so that P = 0, never NaN.
+        const float l = p.lse[row0 + q];
+        l2 = l == -INFINITY ? INFINITY : l * kLog2e;
+        d = p.dsum[row0 + q];
+      }
+      lse_s[r] = l2;
+      dsum_s[r] = d;
+    }
+    if (lane == 0) {
+      full.arrive_expect_tx(2 * kQBytes);
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, q0, h, w.b};
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          smem + kOffQ + stage * kQBytes + c * kQPanelBytes, &params.tm_q,
+                                          coords, full.bar);
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          smem + kOffDO + stage * kQBytes + c * kQPanelBytes, &params.tm_do,
+                                          coords, full.bar);
+      }
+    } else {
+      full.arrive();
+    }
+  }
+}
+
+// warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
+// warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
+template <int D, int BN, int BM, int S, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Params& params,
+                                                                      uint32_t smem_base, char* smem,
+                                                                      uint64_t* bars, const Steps& w) {
+  const sm80::BwdParams& p = params.prob;
+  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const fa::Mask mask = p.mask;
+  const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
+  const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int r0 = 64 * group + 16 * warp + g;  // block-local kv row of d[4i], d[4i+1]
+
+  float acc_dk[kDT * 4];
+  float acc_dv[kDT * 4];
+#pragma unroll
+  for (int i = 0; i < kDT * 4; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  // This warpgroup's 64 kv rows of K and V in every panel (K-major A operand).
+  const uint32_t k_wg = smem_base + kOffK + 64 * group * kRowBytes;
+  const uint32_t v_wg = smem_base + kOffV + 64 * group * kRowBytes;
+  // dQ slice of this warpgroup: q rows dq_m0 .. +63, columns dq_n0 .. + kDqN.
+  const int dq_m0 = kDqSplitRows ? 64 * group : 0;
+  const int dq_n0 = kDqSplitRows ? 0 : kDqN * group;
+  if (w.steps > 0) SmemBarrier{bars}.wait(0);
+
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % kStages;
+    const uint32_t phase = (s / kStages) & 1;
+    const int h = w.hk * p.group + s / w.n_qb;
+    const int qb = w.qb_first + s % w.n_qb;
+    const int q0 = qb * kBlockM;
+    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
+    const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
+    const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
+    full.wait(phase);
+
+    // Sᵀ = K_wg·Qᵀ and dPᵀ = V_wg·dOᵀ   (m64 n=BM, k16 steps: 4 per 128-byte panel row, +32 B)
+    float st[kNT * 4];
+    float dpt[kNT * 4];
+    ptx::warpgroup_fence_operand(st);
+    ptx::warpgroup_fence_operand(dpt);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_wg + off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sq_base + qoff, 16, 1024), kk > 0);
+    }
+    ptx::warpgroup_commit();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_wg + off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
+    ptx::warpgroup_fence_operand(st);
+
+    // Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
+    // dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
+    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
+    const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
+    const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
+                           mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
+                           mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
+    // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
+    const auto scores = [&](auto fused) {
+      constexpr bool kFused = decltype(fused)::value;
+#pragma unroll
+      for (int i = 0; i < kNT; ++i) {
+        const int col = 8 * i + 2 * t;
+        const float2 l2 = *reinterpret_cast<const float2*>(lse_s + col);
+        const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = q0 + col + (e & 1);
+          const int kv = w.kv0 + r0 + 8 * (e >> 1);
+          float x, chain = 1.f;
+          if constexpr (kFused) {
+            const float th = tanhf(st[4 * i + e] * p.softcap_in);
+            x = th * p.score_log2;
+            chain = 1.f - th * th;
+          } else {
+            x = st[4 * i + e] * p.score_log2;
+          }
+          float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
+          if (!full_tile && !(q < sq && kv < sk && mask.visible(q, kv, sq, sk))) pr = 0.f;
+          st[4 * i + e] = pr;
+          if constexpr (kFused) dpt[4 * i + e] = pr * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x)) * chain;
+        }
+      }
+    };
+    if (p.softcap > 0.f) {  // uniform
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(dpt);
+      scores(std::true_type{});
+    } else {
+      scores(std::false_type{});  // under the dPᵀ GEMM
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(dpt);
+      // dSᵀ_x = Pᵀ∘(dPᵀ − D)
+#pragma unroll
+      for (int i = 0; i < kNT; ++i) {
+        const float2 dd = *reinterpret_cast<const float2*>(dsum_s + 8 * i + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x));
+      }
+    }
+
+    // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
+    uint32_t p_frag[kKT][4];
+    uint32_t ds_frag[kKT][4];
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        p_frag[kk][r] = pack2<kIsBf16>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        ds_frag[kk][r] = pack2<kIsBf16>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+    }
+    auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
+    auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
+
+    // dV += Pᵀ·dO, dK += dSᵀ·Q   (dO, Q rows are q = the k dimension, D contiguous: MN-major,
+    // transpose bit; leading offset = bytes between 64-column panels; k16 step = 16 rows)
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_fence_operand(ds_flat);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
+    }
+    ptx::warpgroup_commit();
+
+    // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
+    // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
+    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so its dQ GEMM
+    // of step s − 2 has completed.
+    {
+      const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
+      const int j = lane / 8;
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk) {
+        const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
+        const int chunk = 2 * warp + (j & 1);
+        ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), ds_frag[kk]);
+      }
+    }
+    // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+
+    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
+    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
+    int* lock = nullptr;
+    if (p.locks != nullptr) {
+      lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+      if (group == 0 && wtid == 0) {
+        const int expected = w.kv_block - static_cast<int>(mask.key_begin(q0, sq, sk) / kBlockN);
+        while (ptx::ld_acquire_gpu(lock) < expected) {
+        }
+      }
+    }
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+
+    // dQ_accum[q0 + dq_m0 .., dq_n0 ..] += dS·K   (A: dS K-major, k = kv over both panels;
+    // B: K rows are kv = the k dimension, D contiguous: MN-major, transpose bit)
+    float acc_dq[kDqN / 2];
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence();
+    {
+      const uint32_t ds_base = smem_base + kOffDS + (s & 1) * kDSBytes + dq_m0 * kRowBytes;
+      const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t da = ptx::make_smem_desc_sw128(ds_base + (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = ptx::make_smem_desc_sw128(k_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+        ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, da, db, kk > 0);
+      }
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();  // dV, dK and dQ of this step landed
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_fence_operand(ds_flat);
+    if (lane == 0) empty.arrive();  // this warp's reads of Q, dO, LSE, D of the stage are done
+
+    // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
+    {
+      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + int64_t(w.b) * sq) * p.head_dim;
+#pragma unroll
+      for (int i = 0; i < kDqN / 8; ++i) {
+        const int col = dq_n0 + 8 * i + 2 * t;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = q0 + dq_m0 + 16 * warp + g + 8 * hh;
+          if (r < sq && col < p.head_dim)
+            ptx::red_add_f32x2(dq + int64_t(r) * p.head_dim + col, acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
+        }
+      }
+    }
+    if (lock != nullptr) {
+      __threadfence();
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_done), kConsumerThreads);
+      if (group == 0 && wtid == 0) ptx::red_release_add_gpu(lock, 1);
+    }
+  }
+
+  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores).
+  T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
+          w.hk * p.dk_head_stride;
+  T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
+          w.hk * p.dv_head_stride;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = r0 + 8 * hh;
+    if (r >= w.kv_rows) continue;
+#pragma unroll
+    for (int i = 0; i < kDT; ++i) {
+      const int col = 8 * i + 2 * t;
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
+            pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale);
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
+            pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);
+    }
+  }
+}
+
+}  // namespace fa::cuda::sm90

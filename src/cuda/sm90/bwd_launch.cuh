@@ -1,0 +1,76 @@
+// CUDA backend, sm90/: definitions of bwd_can_implement / bwd_launch for one head dim, included
+// by exactly one bwd_hdim*.cu each. Builds the TMA tensor maps of the backward; no dispatch and
+// no workspace layout here (launch/bwd.cu owns both).
+#pragma once
+
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/kernel_entry.cuh"
+#include "cuda/sm90/bwd_config.h"
+#include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90/tensor_map.h"
+
+namespace fa::cuda::sm90 {
+
+template <int kHeadDim, bool kIsBf16>
+using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
+                               BwdConfig<kHeadDim>::kStages, kIsBf16>;
+
+// The four tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows).
+template <int kHeadDim, bool kIsBf16>
+std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  out->prob = p;
+  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+                                    p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
+  if (why.empty())
+    why = encode_bshd_map(&out->tm_do, kIsBf16, p.dout, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v,
+                          p.do_batch_stride, p.do_row_stride, p.do_head_stride, Kernel::kBlockM);
+  if (why.empty())
+    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+                          p.k_batch_stride, p.k_row_stride, p.k_head_stride, Kernel::kBlockN);
+  if (why.empty())
+    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
+                          p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
+  return why;
+}
+
+template <int kHeadDim, bool kIsBf16>
+std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  if (p.cu_seqlens_q != nullptr) return "sm90 backward: varlen not implemented";
+  if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
+    return "head dim above the compiled " + std::to_string(kHeadDim);
+  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
+  // Every 64-column panel loaded must hold a column of the problem (as the sm90 forward).
+  if (p.head_dim <= kHeadDim - Kernel::kPanelCols || p.head_dim_v <= kHeadDim - Kernel::kPanelCols)
+    return "sm90 backward: D and Dv must both exceed " + std::to_string(kHeadDim - Kernel::kPanelCols);
+  if (Kernel::kSmemBytes > smem_optin) return "sm90 backward: not enough shared memory per block";
+  if (Kernel::num_ctas(p) > INT32_MAX)
+    return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^31 - 1 CTAs";
+  BwdParams full;
+  return make_bwd_params<kHeadDim, kIsBf16>(p, &full);
+}
+
+template <int kHeadDim, bool kIsBf16>
+void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  BwdParams full;
+  const std::string why = make_bwd_params<kHeadDim, kIsBf16>(p, &full);
+  if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward (sm90): " + why);
+  const auto entry = &kernel_entry<Kernel>;
+  const int smem = Kernel::smem_bytes();
+  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  entry<<<Kernel::grid(full), Kernel::block(), smem, stream>>>(full);
+  check_launch("sm90 backward");
+}
+
+}  // namespace fa::cuda::sm90
+
+// Explicit instantiation of both 16-bit types for one head dim.
+#define FA_SM90_BWD_INSTANTIATE(D)                                                  \
+  template std::string bwd_can_implement<D, true>(const sm80::BwdParams&, int);   \
+  template std::string bwd_can_implement<D, false>(const sm80::BwdParams&, int);  \
+  template void bwd_launch<D, true>(const sm80::BwdParams&, cudaStream_t);        \
+  template void bwd_launch<D, false>(const sm80::BwdParams&, cudaStream_t);

@@ -1,0 +1,23 @@
+// CUDA backend, sm90/: the parameter block of the Hopper backward main kernel (host and device).
+// The problem fields are sm80::BwdParams (launch/bwd.cu builds them once for either path; the
+// workspace, pre and post kernels are shared); the four TMA tensor maps are added by
+// bwd_launch.cuh. Plain data only: no logic.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: the library does not link libcuda)
+
+#include "cuda/sm80/bwd_params.h"
+
+namespace fa::cuda::sm90 {
+
+struct BwdParams {
+  sm80::BwdParams prob;  // pointers, strides, sizes, scale, mask, workspace (dense batch only)
+  // 4-D maps over [batch, row, head, dim] (innermost first: dim, row, head, batch), 128-byte
+  // swizzle, box = 64 elements of dim x block rows; rows past the end read as zeros.
+  CUtensorMap tm_q;   // box rows kBlockM
+  CUtensorMap tm_do;  // box rows kBlockM
+  CUtensorMap tm_k;   // box rows kBlockN
+  CUtensorMap tm_v;   // box rows kBlockN
+};
+
+}  // namespace fa::cuda::sm90

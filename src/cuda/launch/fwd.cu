@@ -9,45 +9,18 @@
 #include "cuda/common/check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/launch/dispatch_common.h"
 #include "cuda/launch/kernel_table.h"
 
 namespace fa::cuda {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 [[noreturn]] void unsupported(const std::string& why) {
   fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward: " + why);
 }
 
-const char* dtype_name(Dtype t) {
-  return t == Dtype::bf16 ? "bf16" : t == Dtype::f16 ? "fp16" : "fp32";
-}
-
-struct DeviceCaps {
-  int cc = 0;          // major·10 + minor
-  int smem_optin = 0;  // bytes per block
-};
-
-DeviceCaps device_caps(int device) {
-  DeviceCaps caps;
-  int major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&caps.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  caps.cc = major * 10 + minor;
-  return caps;
-}
-
-// 16-byte vector loads and stores: each tensor's pointer must be 16-byte aligned and each
-// stride that moves between rows, heads or batches a multiple of 8 elements.
 void check_alignment(const char* name, const Tensor& t, bool rows, bool heads, bool batches) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-    unsupported(std::string(name) + " must be 16-byte aligned on the GPU");
-  if ((rows && t.row_stride % 8 != 0) || (heads && t.head_stride % 8 != 0) ||
-      (batches && t.batch_stride % 8 != 0))
-    unsupported(std::string(name) +
-                " strides (row, head, batch) must be multiples of 8 elements (16 bytes) on the GPU");
+  if (const std::string why = alignment_limits(name, t, rows, heads, batches); !why.empty()) unsupported(why);
 }
 
 // The first row at or after `from` that serves p's dtype and head dims on this device; null if none.
@@ -61,13 +34,7 @@ const FwdKernelRow* next_row(const Problem& p, const DeviceCaps& caps, const Fwd
 }
 
 const FwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps) {
-  if (p.algorithm == FA_ALGORITHM_REFERENCE) unsupported("the reference algorithm runs on the CPU only");
-  if (p.dtype != Dtype::bf16 && p.dtype != Dtype::f16)
-    unsupported(std::string("dtype ") + dtype_name(p.dtype) + " is not supported (bf16 and fp16 are)");
-  if (caps.cc < 80) unsupported("needs compute capability 8.0 or newer");
-  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0)
-    unsupported("head dims must be multiples of 8 on the GPU (got D = " + std::to_string(p.head_dim) +
-                ", Dv = " + std::to_string(p.head_dim_v) + ")");
+  if (const std::string why = backend_limits(p, caps); !why.empty()) unsupported(why);
   if (const FwdKernelRow* row = next_row(p, caps, kFwdKernels)) return *row;
   const int64_t need = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   unsupported("no compiled kernel serves head dim " + std::to_string(need) + " in " +

@@ -340,7 +340,7 @@ int demo_main(int argc, char** argv) {
             {{"device", "DEV", "cpu or cuda (default: cuda when a device is present)"},
              {"batch", "N", "batch size (default 1)"},
              {"heads", "N", "heads (default: cpu 8, cuda 16)"},
-             {"seqlen", "N", "sequence length (default: cpu 2048, cuda 16k)"},
+             {"seqlen", "N", "sequence length (default: cpu 4096, cuda 16k)"},
              {"hdim", "N", "head dim (default: cpu 64, cuda 128)"},
              {"dtype", "T", "fp32, bf16 or fp16 (default: cpu fp32, cuda bf16)"},
              {"causal", nullptr, "causal mask"},
@@ -367,7 +367,7 @@ int demo_main(int argc, char** argv) {
   Shape& s = st.shape;
   s.batch = args.integer("batch", 1);
   s.heads_q = s.heads_kv = args.integer("heads", st.gpu ? 16 : 8);
-  s.seqlen_q = s.seqlen_k = args.integer("seqlen", st.gpu ? 16384 : 2048);
+  s.seqlen_q = s.seqlen_k = args.integer("seqlen", st.gpu ? 16384 : 4096);
   s.head_dim = s.head_dim_v = args.integer("hdim", st.gpu ? 128 : 64);
   s.causal = args.has("causal");
   if (s.batch < 1 || s.heads_q < 1 || s.seqlen_q < 1 || s.head_dim < 1)

@@ -39,7 +39,9 @@ for s in $steps; do
       step check_fwd_determinism 120 "$BUILD/tests/cuda/check_fwd" determinism
       step check_fwd_bigoffset 60 "$BUILD/tests/cuda/check_fwd" bigoffset
       step check_bwd_check 240 "$BUILD/tests/cuda/check_bwd" check
-      step check_bwd_determinism 120 "$BUILD/tests/cuda/check_bwd" determinism ;;
+      step check_bwd_determinism 120 "$BUILD/tests/cuda/check_bwd" determinism
+      step check_bwd_bigbatch 180 "$BUILD/tests/cuda/check_bwd" bigbatch
+      step check_bwd_bigoffset 180 "$BUILD/tests/cuda/check_bwd" bigoffset ;;
     sanitize)
       for tool in memcheck racecheck initcheck; do
         step "sanitize_fwd_$tool" 180 compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_fwd" sanitize

@@ -1,7 +1,8 @@
 // Tests, GPU: the CUDA backward (every dispatch path: sm80, sm90) against the CPU reference, C ABI only.
 // Modes: `check` (awkward shapes x features x dtypes, canaries, NaN poison), `determinism`,
 // `small` (a short run for compute-sanitizer), `bench [hdim]` (the ANCHORS grid, TFLOP/s),
-// `sm90` (shapes the Hopper path takes, failing unless fa_bwd_kernel_name says "sm90").
+// `sm90` (shapes the Hopper path takes, failing unless fa_bwd_kernel_name says "sm90"),
+// `bigbatch` (B·H > 65535 CTAs and heads), `bigoffset` (batch stride 2^31 + 1024 elements).
 #include <cuda_runtime.h>  // templated cudaMalloc for common.h
 
 #include <algorithm>
@@ -470,6 +471,217 @@ int mode_sm90() {
   return g_failures ? 1 : 0;
 }
 
+// ---- big grids and big offsets -------------------------------------------------------------
+// A dense [B, S, H, D] device tensor (16-bit) whose batches lie `bstride` elements apart
+// (bstride >= S·H·D); one allocation spans what the layout touches, gaps included.
+struct BatchedTensor {
+  int64_t B = 0, S = 0, H = 0, D = 0, bstride = 0;
+  uint16_t* data = nullptr;
+  int64_t per_batch() const { return S * H * D; }
+  size_t count() const { return size_t((B - 1) * bstride + per_batch()); }
+  fa_tensor view() const { return fa_tensor{data, bstride, H * D, D, 1}; }
+  void alloc(int64_t b, int64_t s, int64_t h, int64_t d, int64_t bs) {
+    B = b, S = s, H = h, D = d, bstride = bs > 0 ? bs : s * h * d;
+    GC_CUDA(cudaMalloc(&data, count() * 2));
+    poison();
+  }
+  void poison() const { GC_CUDA(cudaMemset(data, 0xFF, count() * 2)); }  // 0xFFFF: NaN in bf16 and fp16
+  void upload(int64_t b, const std::vector<float>& x, fa_dtype dt) const {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = to_half(dt, x[i]);
+    GC_CUDA(cudaMemcpy(data + b * bstride, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  }
+  std::vector<float> download(int64_t b, fa_dtype dt) const {
+    std::vector<uint16_t> h(static_cast<size_t>(per_batch()));
+    GC_CUDA(cudaMemcpy(h.data(), data + b * bstride, h.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> x(h.size());
+    for (size_t i = 0; i < h.size(); ++i) x[i] = from_half(dt, h[i]);
+    return x;
+  }
+  void release() {
+    if (data) GC_CUDA(cudaFree(data));
+    data = nullptr;
+  }
+};
+
+// Dense bf16 case c in BatchedTensors of batch stride `bstride` (0: packed). Forward on the GPU;
+// backward on the GPU in default then deterministic mode, dQ/dK/dV NaN-poisoned before each.
+// Every batch must be fully written; the batches in `sampled` are compared with the CPU
+// reference, run per batch (B = 1) on the same rounded q, k, v, dO and the GPU's O and LSE.
+// Prints one line for the forward and one per backward mode; counts failures in g_failures.
+void run_batched(const char* mode, const Case& c, int64_t bstride, std::vector<int64_t> sampled, uint64_t seed) {
+  const fa_dtype dt = FA_DTYPE_BF16;
+  std::sort(sampled.begin(), sampled.end());
+  sampled.erase(std::unique(sampled.begin(), sampled.end()), sampled.end());
+  auto is_sampled = [&](int64_t b) { return std::binary_search(sampled.begin(), sampled.end(), b); };
+  char label[192];
+  std::snprintf(label, sizeof label, "%s B=%lld Sq=%lld Sk=%lld Hq=%lld Hkv=%lld D=%lld %s%s", mode, (long long)c.B,
+                (long long)c.Sq, (long long)c.Sk, (long long)c.Hq, (long long)c.Hkv, (long long)c.D, dtype_name(dt),
+                c.causal ? " causal" : "");
+  std::string batches;
+  for (int64_t b : sampled) batches += (batches.empty() ? "" : ",") + std::to_string(b);
+
+  BatchedTensor q, k, v, o, dout, dq, dk, dv;
+  q.alloc(c.B, c.Sq, c.Hq, c.D, bstride), k.alloc(c.B, c.Sk, c.Hkv, c.D, bstride);
+  v.alloc(c.B, c.Sk, c.Hkv, c.Dv, bstride), o.alloc(c.B, c.Sq, c.Hq, c.Dv, bstride);
+  dout.alloc(c.B, c.Sq, c.Hq, c.Dv, bstride), dq.alloc(c.B, c.Sq, c.Hq, c.D, bstride);
+  dk.alloc(c.B, c.Sk, c.Hkv, c.D, bstride), dv.alloc(c.B, c.Sk, c.Hkv, c.Dv, bstride);
+  DeviceFloat lse_d;  // [B, Hq, Sq], NaN-poisoned
+  lse_d.alloc(size_t(c.B * c.Hq * c.Sq));
+
+  // Fresh inputs batch by batch; the sampled batches' values are kept for the reference.
+  struct Sample {
+    std::vector<float> in[4];  // q, k, v, dO
+    std::vector<float> o, lse;
+  };
+  std::vector<Sample> samples(sampled.size());
+  std::mt19937_64 rng(seed);
+  const BatchedTensor* inputs[4] = {&q, &k, &v, &dout};
+  for (int t = 0; t < 4; ++t)
+    for (int64_t b = 0; b < c.B; ++b) {
+      std::vector<float> x = randn(size_t(inputs[t]->per_batch()), dt, rng);
+      inputs[t]->upload(b, x, dt);
+      if (is_sampled(b)) {
+        const auto at = std::lower_bound(sampled.begin(), sampled.end(), b) - sampled.begin();
+        samples[size_t(at)].in[t] = std::move(x);
+      }
+    }
+
+  fa_fwd_params f{};
+  set_common(f, c);
+  f.device = 0, f.dtype = dt, f.algorithm = FA_ALGORITHM_AUTO;
+  f.q = q.view(), f.k = k.view(), f.v = v.view(), f.o = o.view(), f.lse = lse_d.data();
+  const fa_status fst = fa_fwd(&f, nullptr);
+  const cudaError_t fsync = cudaDeviceSynchronize();
+  if (fst != FA_STATUS_OK || fsync != cudaSuccess) {
+    std::printf("FAIL %s forward: %s / %s\n", label, fst != FA_STATUS_OK ? fa_last_error() : "",
+                cudaGetErrorString(fsync));
+    if (fsync != cudaSuccess) std::exit(3);
+    ++g_failures;
+  } else {
+    // Forward of the sampled batches against the CPU reference (fp32 storage): O within a few
+    // bf16 ulps of |O|max (as check_fwd bigoffset), LSE within 1e-4 relative (as check_fwd).
+    const std::vector<float> lse_all = lse_d.download_all();
+    const int64_t lse_per = c.Hq * c.Sq;
+    Case cb = c;
+    cb.B = 1;
+    Grads hi, low;
+    double ferr = 0, fmax = 0, lse_rel = 0;
+    bool lse_bad = false;
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      Sample& s = samples[i];
+      s.o = o.download(sampled[i], dt);
+      const size_t l0 = DeviceFloat::kMargin + size_t(sampled[i] * lse_per);
+      s.lse.assign(lse_all.begin() + int64_t(l0), lse_all.begin() + int64_t(l0) + lse_per);
+      std::vector<float> oref(s.o.size(), NAN), lref(size_t(lse_per), NAN);
+      fa_fwd_params r{};
+      set_common(r, cb);
+      r.device = FA_DEVICE_CPU, r.dtype = FA_DTYPE_FP32, r.algorithm = FA_ALGORITHM_REFERENCE;
+      r.q = host_view(s.in[0], c.Sq, c.Hq, c.D), r.k = host_view(s.in[1], c.Sk, c.Hkv, c.D);
+      r.v = host_view(s.in[2], c.Sk, c.Hkv, c.Dv), r.o = host_view(oref, c.Sq, c.Hq, c.Dv), r.lse = lref.data();
+      if (fa_fwd(&r, nullptr) != FA_STATUS_OK) {
+        std::fprintf(stderr, "CPU reference forward failed: %s\n", fa_last_error());
+        std::exit(2);
+      }
+      ferr = std::max(ferr, max_err(s.o, oref));
+      fmax = std::max(fmax, max_abs(oref));
+      for (size_t j = 0; j < lref.size(); ++j) {
+        const double g = s.lse[j], rf = lref[j];
+        if (std::isnan(g) || ((std::isinf(g) || std::isinf(rf)) && g != rf)) {
+          lse_bad = true;
+          continue;
+        }
+        if (std::isinf(rf)) continue;
+        const double rel = std::fabs(g - rf) / std::max(1.0, std::fabs(rf));
+        lse_rel = std::max(lse_rel, rel);
+        if (rel > 1e-4) lse_bad = true;
+      }
+      // Backward reference on the GPU's O and LSE: ref_hi (fp32 storage) and ref_low (bf16).
+      const Grads h = cpu_bwd(cb, FA_DTYPE_FP32, s.in[0], s.in[1], s.in[2], s.o, s.lse, s.in[3]);
+      const Grads l = cpu_bwd(cb, dt, s.in[0], s.in[1], s.in[2], s.o, s.lse, s.in[3]);
+      for (auto [to, from] : {std::pair{&hi, &h}, std::pair{&low, &l}}) {
+        to->dq.insert(to->dq.end(), from->dq.begin(), from->dq.end());
+        to->dk.insert(to->dk.end(), from->dk.begin(), from->dk.end());
+        to->dv.insert(to->dv.end(), from->dv.begin(), from->dv.end());
+      }
+    }
+    const double fbound = 8 * ulp_at(dt, fmax);
+    const bool fok = std::isfinite(ferr) && ferr <= fbound && !lse_bad;
+    std::printf("%s %s forward: batches %s: O err %.3g (bound %.3g), LSE rel %.2g%s\n", fok ? "ok  " : "FAIL", label,
+                batches.c_str(), ferr, fbound, lse_rel, lse_bad ? " LSE" : "");
+    if (!fok) ++g_failures;
+
+    for (bool det : {false, true}) {
+      for (const BatchedTensor* g : {&dq, &dk, &dv}) g->poison();
+      fa_bwd_params bp{};
+      bp.struct_size = sizeof(fa_bwd_params);
+      bp.fwd = f;
+      bp.fwd.deterministic = det;
+      bp.dout = dout.view(), bp.dq = dq.view(), bp.dk = dk.view(), bp.dv = dv.view();
+      const char* kn = fa_bwd_kernel_name(&bp);
+      const std::string kname = kn ? kn : "?";
+      const fa_status st = fa_bwd(&bp, nullptr);
+      const cudaError_t sync = cudaDeviceSynchronize();
+      if (st != FA_STATUS_OK || sync != cudaSuccess) {
+        std::printf("FAIL %s backward (%s): %s / %s\n", label, det ? "deterministic" : "default",
+                    st != FA_STATUS_OK ? fa_last_error() : "", cudaGetErrorString(sync));
+        if (sync != cudaSuccess) std::exit(3);
+        ++g_failures;
+        continue;
+      }
+      // Every batch fully written (no NaN left); the sampled batches' values, in sample order.
+      Grads got;
+      const BatchedTensor* gt[3] = {&dq, &dk, &dv};
+      std::vector<float>* gv[3] = {&got.dq, &got.dk, &got.dv};
+      int64_t nan_left = 0, total = 0;
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int t = 0; t < 3; ++t) {
+          const std::vector<float> x = gt[t]->download(b, dt);
+          for (float e : x)
+            if (std::isnan(e)) ++nan_left;
+          total += int64_t(x.size());
+          if (is_sampled(b)) gv[t]->insert(gv[t]->end(), x.begin(), x.end());
+        }
+      std::string msg;
+      bool ok = nan_left == 0;
+      ok &= close("dQ", dt, got.dq, low.dq, hi.dq, &msg);
+      ok &= close("dK", dt, got.dk, low.dk, hi.dk, &msg);
+      ok &= close("dV", dt, got.dv, low.dv, hi.dv, &msg);
+      std::printf("%s %s backward (%s, %s): batches %s:%s; NaN left %lld of %lld\n", ok ? "ok  " : "FAIL", label,
+                  det ? "deterministic" : "default", kname.c_str(), batches.c_str(), msg.c_str(),
+                  (long long)nan_left, (long long)total);
+      if (!ok) ++g_failures;
+    }
+  }
+  for (BatchedTensor* t : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) t->release();
+  lse_d.release();
+}
+
+// A grid past 65535 in every kernel: B·Hkv = 70400 main-kernel CTAs (one kv block each),
+// B·Hq = 140800 (head, batch) pairs of the pre/post kernels (GQA group 2). Sampled: the first
+// and the last batch, and the batches on either side of b·Hq = 2^16 and of b·Hkv = 2^16.
+int mode_bigbatch() {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  const Case c{"bigbatch", 1100, 17, 40, 128, 64, 64, 64, {}, {}, false};
+  const int64_t cross_q = (int64_t{1} << 16) / c.Hq, cross_kv = (int64_t{1} << 16) / c.Hkv;  // 512, 1024
+  run_batched("bigbatch", c, 0, {0, cross_q - 1, cross_q, cross_kv - 1, cross_kv, c.B - 1}, seed);
+  std::printf("bigbatch %s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+  return g_failures ? 1 : 0;
+}
+
+// Tensors over 2^31 elements: every tensor the backward reads or writes (q, k, v, O, dO, dQ,
+// dK, dV) has batch stride 2^31 + 1024 elements, so batch 1 starts past element 2^31.
+int mode_bigoffset() {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", (unsigned long long)seed);
+  const Case c{"bigoffset", 2, 200, 200, 4, 2, 128, 128, {}, {}, true};
+  const int64_t bstride = (int64_t{1} << 31) + 1024;
+  run_batched("bigoffset", c, bstride, {0, c.B - 1}, seed);
+  std::printf("bigoffset %s: %d failure(s)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+  return g_failures ? 1 : 0;
+}
+
 // ANCHORS grid: bf16, 16k tokens, heads = 2048 / hdim, causal and not; median of cudaEvent times.
 int mode_bench(int only_hdim) {
   const fa_dtype dt = FA_DTYPE_BF16;
@@ -553,6 +765,8 @@ int main(int argc, char** argv) {
   if (mode == "determinism") return mode_determinism();
   if (mode == "bench") return mode_bench(argc > 2 ? std::atoi(argv[2]) : 0);
   if (mode == "sm90") return mode_sm90();
-  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]|sm90]\n");
+  if (mode == "bigbatch") return mode_bigbatch();
+  if (mode == "bigoffset") return mode_bigoffset();
+  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]|sm90|bigbatch|bigoffset]\n");
   return 2;
 }

@@ -53,6 +53,20 @@ TEST(Info, CpuFeatures) {
   ASSERT_NE(f, nullptr);
 }
 
+// The compiled-kernel listing: empty without the CUDA backend, else every direction has an sm80 row
+// (the portable path every head dim falls back to).
+TEST(Info, CudaKernels) {
+  const char* k = fa_cuda_kernels();
+  ASSERT_NE(k, nullptr);
+  const std::string table(k);
+  if (!(fa_compiled_backends() & FA_BACKEND_CUDA)) {
+    EXPECT_EQ(table, "");
+    return;
+  }
+  EXPECT_NE(table.find("fwd sm80 bf16 head dim"), std::string::npos) << table;
+  EXPECT_NE(table.find("bwd sm80 bf16 head dim"), std::string::npos) << table;
+}
+
 TEST(Info, DeviceInfoValidation) {
   EXPECT_EQ(fa_get_device_info(0, nullptr), FA_STATUS_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fa_last_error()).find("info"), std::string::npos) << fa_last_error();

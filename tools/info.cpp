@@ -1,6 +1,7 @@
-// Tools: `flashattn info`: version, compiled backends, devices, CPU model and features.
+// Tools: `flashattn info`: version, compiled backends and kernels, devices, CPU model and features.
 // Reads everything through the C ABI, /proc/cpuinfo and the CUDA runtime.
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "commands.h"
@@ -22,6 +23,13 @@ int info_main(int argc, char** argv) {
   if (!(backends & FA_BACKEND_CUDA)) {
     std::printf("cuda:       not compiled in\n");
     return 0;
+  }
+  std::printf("cuda kernels (dispatch takes the first that runs a problem):\n");
+  for (const char* line = fa_cuda_kernels(); *line != '\0';) {
+    const char* end = std::strchr(line, '\n');
+    const int len = end ? static_cast<int>(end - line) : static_cast<int>(std::strlen(line));
+    std::printf("  %.*s\n", len, line);
+    line += end ? len + 1 : len;
   }
   const int n = fa_cuda_device_count();
   std::printf("cuda:       %d device%s\n", n, n == 1 ? "" : "s");

@@ -134,6 +134,9 @@ FA_API uint32_t fa_compiled_backends(void);
 /* CUDA devices present (0 without the CUDA backend or a device). */
 FA_API int32_t fa_cuda_device_count(void);
 FA_API fa_status fa_get_device_info(int32_t device, fa_device_info* info);
+/* The compiled CUDA kernels, one line each: direction, family, dtype, head dim, compute
+ * capabilities, and what a kernel hands on to the next one ("" without the CUDA backend). */
+FA_API const char* fa_cuda_kernels(void);
 /* CPU vector features the CPU backend was compiled to use, e.g. "avx512f avx512bf16 fma". */
 FA_API const char* fa_cpu_features(void);
 /* Sizes of the structs as this library was compiled (for bindings to check their layout). */

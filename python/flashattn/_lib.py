@@ -177,6 +177,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fa_cuda_device_count": (c.c_int32, []),
         "fa_get_device_info": (c.c_int, [c.c_int32, c.POINTER(FaDeviceInfo)]),
         "fa_cpu_features": (c.c_char_p, []),
+        "fa_cuda_kernels": (c.c_char_p, []),
         "fa_sizeof_fwd_params": (c.c_size_t, []),
         "fa_sizeof_bwd_params": (c.c_size_t, []),
         "fa_can_implement_fwd": (c.c_int, [c.POINTER(FaFwdParams)]),
@@ -266,6 +267,11 @@ def cuda_device_count() -> int:
 
 def cpu_features() -> str:
     return (lib().fa_cpu_features() or b"").decode()
+
+
+def cuda_kernels() -> str:
+    """The compiled CUDA kernels, one line each ("" without the CUDA backend)."""
+    return (lib().fa_cuda_kernels() or b"").decode()
 
 
 def device_info(device: int) -> dict:

@@ -34,6 +34,8 @@ def test_library_info():
     assert flashattn.library_path().endswith((".so", ".so.0", ".dylib", ".dll")) or "libflashattn" in flashattn.library_path()
     assert flashattn.library_version() == "0.1.0"
     assert isinstance(flashattn.cpu_features(), str)
+    kernels = flashattn.cuda_kernels()
+    assert ("fwd sm80" in kernels) if flashattn.has_cuda() else kernels == ""
     assert flashattn.cuda_device_count() >= 0
     q, k, v = _qkv("cpu", grad=False)
     assert flashattn.fwd_kernel_name(q, k, v) == "cpu_flash"

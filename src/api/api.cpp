@@ -312,6 +312,15 @@ fa_status fa_get_device_info(int32_t device, fa_device_info* info) {
 
 const char* fa_cpu_features(void) { return cpu::features(); }
 
+const char* fa_cuda_kernels(void) {
+#if FA_HAVE_CUDA
+  static const std::string table = cuda::fwd_kernel_table() + cuda::bwd_kernel_table();
+  return table.c_str();
+#else
+  return "";
+#endif
+}
+
 size_t fa_sizeof_fwd_params(void) { return sizeof(fa_fwd_params); }
 size_t fa_sizeof_bwd_params(void) { return sizeof(fa_bwd_params); }
 

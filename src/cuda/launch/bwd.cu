@@ -156,6 +156,13 @@ void check_supported_bwd(const Problem& p) {
   (void)prepare(p, &params);
 }
 
+std::string bwd_kernel_table() {
+  std::string s;
+  for (const BwdKernelRow* r = kBwdKernels; r->family != nullptr; ++r)
+    s += describe_row("bwd", r->family, r->dtype, r->head_dim, r->min_cc, r->max_cc, r->declines);
+  return s;
+}
+
 const char* bwd_kernel_name(const Problem& p) {
   sm80::BwdParams params;
   return prepare(p, &params).family;

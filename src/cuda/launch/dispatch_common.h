@@ -61,4 +61,16 @@ inline std::string alignment_limits(const char* name, const Tensor& t, bool rows
   return "";
 }
 
+// One line of the compiled-kernel listing (fa_cuda_kernels): direction, family, dtype, head
+// dim, compute capabilities, and what the row hands on to the next one.
+inline std::string describe_row(const char* direction, const char* family, Dtype t, int head_dim,
+                                int min_cc, int max_cc, const char* declines) {
+  auto cc = [](int c) { return std::to_string(c / 10) + "." + std::to_string(c % 10); };
+  std::string s = std::string(direction) + " " + family + " " + dtype_name(t) + " head dim " +
+                  std::to_string(head_dim) + ", compute capability " + cc(min_cc) +
+                  (max_cc >= 1000 ? " and later" : max_cc == min_cc ? "" : " to " + cc(max_cc));
+  if (declines != nullptr && *declines != '\0') s += "; falls back for: " + std::string(declines);
+  return s + "\n";
+}
+
 }  // namespace fa::cuda

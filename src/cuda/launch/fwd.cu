@@ -105,6 +105,13 @@ void check_supported_fwd(const Problem& p) {
   (void)prepare(p, &params);
 }
 
+std::string fwd_kernel_table() {
+  std::string s;
+  for (const FwdKernelRow* r = kFwdKernels; r->family != nullptr; ++r)
+    s += describe_row("fwd", r->family, r->dtype, r->head_dim, r->min_cc, r->max_cc, r->declines);
+  return s;
+}
+
 const char* fwd_kernel_name(const Problem& p) {
   sm80::FwdParams params;
   return prepare(p, &params).family;

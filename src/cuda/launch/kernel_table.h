@@ -21,6 +21,10 @@ namespace fa::cuda {
 
 enum class Direction { fwd, bwd };
 
+// What the sm90 rows decline, and dispatch then hands to the sm80 row of the same head dim.
+inline constexpr const char* kSm90Declines =
+    "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
+
 struct FwdKernelRow {
   const char* family;  // fwd_kernel_name(): "sm80", "sm90"
   int min_cc;          // lowest compute capability (major·10 + minor) it runs on
@@ -28,21 +32,22 @@ struct FwdKernelRow {
   Dtype dtype;
   int head_dim;  // serves D, Dv <= head_dim
   int block_m;   // query rows per CTA (sizes FwdParams::num_m_blocks)
+  const char* declines;  // what its can_implement hands on to the next row ("" for nothing)
   std::string (*can_implement)(const sm80::FwdParams&, int smem_optin);
   void (*launch)(const sm80::FwdParams&, cudaStream_t);
 };
 
 #define FA_SM80_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm80", 80, 1000, Dtype::bf16, D, sm80::kFwdBlockM<D>,                         \
+  FwdKernelRow{"sm80", 80, 1000, Dtype::bf16, D, sm80::kFwdBlockM<D>, "",                     \
                &sm80::fwd_can_implement<D, true>, &sm80::fwd_launch<D, true>},                 \
-      FwdKernelRow{"sm80", 80, 1000, Dtype::f16, D, sm80::kFwdBlockM<D>,                       \
+      FwdKernelRow{"sm80", 80, 1000, Dtype::f16, D, sm80::kFwdBlockM<D>, "",                   \
                    &sm80::fwd_can_implement<D, false>, &sm80::fwd_launch<D, false>},
 
 // Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
 #define FA_SM90_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>,                            \
+  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>, kSm90Declines,          \
                &sm90::fwd_can_implement<D, true>, &sm90::fwd_launch<D, true>},                 \
-      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>,                         \
+      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>, kSm90Declines,       \
                    &sm90::fwd_can_implement<D, false>, &sm90::fwd_launch<D, false>},
 
 // Forward rows, ascending head dim within each family; dispatch takes the first row that runs
@@ -68,7 +73,7 @@ inline const FwdKernelRow kFwdKernels[] = {
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80_FWD_ROWS(256)
 #endif
-    FwdKernelRow{nullptr, 0, 0, Dtype::f32, 0, 0, nullptr, nullptr}  // end marker
+    FwdKernelRow{nullptr, 0, 0, Dtype::f32, 0, 0, nullptr, nullptr, nullptr}  // end marker
 };
 
 struct BwdKernelRow {
@@ -80,24 +85,25 @@ struct BwdKernelRow {
   int head_dim;  // serves D, Dv <= head_dim
   int block_n;   // kv rows per CTA (sizes BwdParams::num_kv_blocks)
   int block_m;   // q rows per inner step (sizes BwdParams::num_q_blocks)
+  const char* declines;  // what may_decline rows hand on to the next row ("" for nothing)
   std::string (*can_implement)(const sm80::BwdParams&, int smem_optin);
   void (*launch)(const sm80::BwdParams&, cudaStream_t);
 };
 
 #define FA_SM80_BWD_ROWS(D)                                                                    \
   BwdKernelRow{"sm80", 80, 1000, false, Dtype::bf16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>, \
-               &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                    \
+               "", &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                \
       BwdKernelRow{"sm80", 80, 1000, false, Dtype::f16, D, sm80::kBwdBlockN<D>,                   \
-                   sm80::kBwdBlockM<D>, &sm80::bwd_can_implement<D, false>,                       \
+                   sm80::kBwdBlockM<D>, "", &sm80::bwd_can_implement<D, false>,                   \
                    &sm80::bwd_launch<D, false>},
 
 // Hopper rows (FA_SM90_BWD builds, head dims 64 and 128): they decline what they do not run
 // (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
 #define FA_SM90_BWD_ROWS(D)                                                                    \
   BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>, \
-               &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>},                 \
+               kSm90Declines, &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>}, \
       BwdKernelRow{"sm90", 90, 90, true, Dtype::f16, D, sm90::kBwdBlockN<D>,                   \
-                   sm90::kBwdBlockM<D>, &sm90::bwd_can_implement<D, false>,                    \
+                   sm90::kBwdBlockM<D>, kSm90Declines, &sm90::bwd_can_implement<D, false>,  \
                    &sm90::bwd_launch<D, false>},
 
 // Backward rows (main kernel; pre/post are shared), ascending head dim within each family;
@@ -120,7 +126,7 @@ inline const BwdKernelRow kBwdKernels[] = {
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80_BWD_ROWS(256)
 #endif
-    BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, nullptr, nullptr}  // end marker
+    BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, nullptr, nullptr, nullptr}  // end marker
 };
 
 }  // namespace fa::cuda

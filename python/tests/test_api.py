@@ -141,6 +141,30 @@ def test_causal_rows_without_keys(device):
     assert torch.equal(dq[:, :5], torch.zeros_like(dq[:, :5]))
 
 
+def test_nan_propagates(device):
+    """A NaN in K reaches every output row that sees that key, forward and backward: NaN never
+    turns into a finite, wrong answer."""
+    q, k, v = _qkv(device, B=1, Sq=9, Sk=11, Hq=2, Hkv=2, D=32, grad=False)
+    k = k.clone()
+    k[0, 4, 1, 3] = float("nan")  # key 4 of kv head 1
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert torch.isnan(out[0, :, 1]).all(), "head 1 sees the NaN key in every row"
+    assert torch.isnan(lse[0, 1]).all()
+    assert not torch.isnan(out[0, :, 0]).any(), "head 0 reads another kv head"
+    out.float().sum().backward()
+    assert torch.isnan(q.grad[0, :, 1]).any() and torch.isnan(v.grad[0, :, 1]).any()
+
+
+def test_huge_window_is_unbounded(device):
+    """A window side far beyond the sequence lengths (even near 2^63) hides nothing."""
+    q, k, v = _qkv(device, B=1, Sq=8, Sk=5, grad=False)
+    want = flashattn.flash_attn_func(q, k, v)
+    for window in ((2**63 - 1, -1), (-1, 2**63 - 1), (2**62, 2**62), (8, 8)):
+        got = flashattn.flash_attn_func(q, k, v, window_size=window)
+        assert torch.equal(got, want), window
+
+
 def test_deterministic(device):
     q, k, v = _qkv(device, Sq=64, Sk=64)
     dout = torch.randn(q.shape[:-1] + (v.shape[-1],), device=device, dtype=q.dtype)

@@ -1,6 +1,7 @@
 // API core: the C ABI of include/flashattn/flashattn.h.
 // Validates every argument, builds the fa::Problem the backends receive, picks the backend
 // and turns failures into a status plus fa_last_error() text. No arithmetic of attention here.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -159,7 +160,11 @@ Problem make_problem(const fa_fwd_params* fp, bool backward) {
   require(a.num_threads >= 0, cat("num_threads: must be >= 0 (got ", a.num_threads, ")"));
   p.scale = a.scale;
   p.softcap = a.softcap;
-  p.mask = make_mask(a.causal != 0, a.window_left, a.window_right);
+  // A window side at least max(Sq, Sk) (varlen: the stated maxima) hides nothing: it is
+  // unbounded, and folding it to -1 keeps the mask's offset arithmetic far from int64 overflow.
+  const int64_t reach = std::max(a.seqlen_q, a.seqlen_k);
+  auto side = [reach](int64_t w) { return w >= reach ? int64_t(-1) : w; };
+  p.mask = make_mask(a.causal != 0, side(a.window_left), side(a.window_right));
   p.deterministic = a.deterministic != 0;
   p.num_threads = a.num_threads;
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -186,14 +187,14 @@ class ExceptionSlot {
  public:
   template <class F>
   void run(F&& f) {
-    if (failed_) return;
+    if (failed_.load(std::memory_order_relaxed)) return;
     try {
       f();
     } catch (...) {
 #pragma omp critical(fa_cpu_exception_slot)
       {
         if (!error_) error_ = std::current_exception();
-        failed_ = true;
+        failed_.store(true, std::memory_order_relaxed);
       }
     }
   }
@@ -203,7 +204,7 @@ class ExceptionSlot {
 
  private:
   std::exception_ptr error_;
-  volatile bool failed_ = false;
+  std::atomic<bool> failed_{false};
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -197,16 +197,17 @@ void fwd_impl(const Problem& p) {
                                   Dvp, bf.alpha.data(), pv_band);
     }
 
-    // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys: O = 0, LSE = -inf.
+    // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys (l = 0): O = 0, LSE = -inf.
+    // (A NaN l, from a NaN input, stays NaN in O and LSE.)
     for (int64_t r = 0; r < bq; ++r) {
       const float l = bf.l[size_t(r)];
-      bf.alpha[size_t(r)] = l > 0 ? 1.f / l : 0.f;
+      bf.alpha[size_t(r)] = l == 0.f ? 0.f : 1.f / l;
     }
     store_tile(bf.o.data(), Dvp, bq, Dv, bf.alpha.data(), o, p.o.row_stride);
     if (p.lse) {
       for (int64_t r = 0; r < bq; ++r) {
         const float l = bf.l[size_t(r)];
-        p.lse[lse_index(p, s, b, h, i0 + r)] = l > 0 ? (bf.m[size_t(r)] + std::log2(l)) * kLn2 : -kInf;
+        p.lse[lse_index(p, s, b, h, i0 + r)] = l == 0.f ? -kInf : (bf.m[size_t(r)] + std::log2(l)) * kLn2;
       }
     }
   }

@@ -57,10 +57,11 @@ inline V16 with_sign_of(V16 a, V16 s) {
   return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), sign))};
 }
 
-// 2^x; exactly 0 for x <= -200 (also -inf), +inf above 128. Taylor degree 6 on |f| <= 1/2:
-// relative error ~2e-7.
+// 2^x; exactly 0 for x <= -200 (also -inf), +inf above 128, NaN for NaN. Taylor degree 6 on
+// |f| <= 1/2: relative error ~2e-7.
 inline V16 exp2(V16 x) {
-  const __m512 xc = _mm512_max_ps(x.v, _mm512_set1_ps(-200.f));
+  // max returns its second operand when either is NaN: x goes second so a NaN score stays NaN.
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-200.f), x.v);
   const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_mul_ps(_mm512_sub_ps(xc, n), _mm512_set1_ps(0.6931471805599453f));
   __m512 p = _mm512_set1_ps(1.f / 720.f);

@@ -81,7 +81,7 @@ struct OnlineSoftmax {
         float l = row_sum[mt][h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const bool seen = l > 0.f;
+        const bool seen = l != 0.f;  // l >= 0; a NaN l (NaN input) stays NaN in O and LSE
         inv_l[mt][h] = seen ? 1.f / l : 0.f;
         lse[mt][h] = seen ? (row_max[mt][h] * score_log2 + ptx::lg2_approx(l)) * kLn2 : -INFINITY;
       }

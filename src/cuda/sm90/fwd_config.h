@@ -10,28 +10,44 @@
 
 namespace fa::cuda::sm90 {
 
+#ifdef FA_SM90_FWD_OVERLAP
+#define FA_SM90_OVERLAP(x) (FA_SM90_FWD_OVERLAP != 0)
+#else
+#define FA_SM90_OVERLAP(x) x
+#endif
+#ifdef FA_SM90_FWD_PINGPONG
+#define FA_SM90_PINGPONG(x) (FA_SM90_FWD_PINGPONG != 0)
+#else
+#define FA_SM90_PINGPONG(x) x
+#endif
+
 // Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages,
-// and kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the softmax; written, not
-// yet run on a GPU: false until a run proves it correct and faster, docs/PERF.md).
-// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. v1 shapes follow the FlashAttention-3
-// design (BM 128; BN 128 up to D 128, 64 at D 256); measured on the H200 as docs/PERF.md's
-// "GPU forward (sm90 path)" records, no alternative timed yet.
+// kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the softmax) and kPingPong
+// (the two consumer warpgroups take turns issuing their GEMMs, so one's softmax runs under the
+// other's GEMMs). The compile definitions FA_SM90_FWD_OVERLAP / FA_SM90_FWD_PINGPONG (0 or 1)
+// override both for every head dim, for timing the schedules against each other (docs/PERF.md).
+// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. Shapes follow the FlashAttention-3
+// design (BM 128; BN 128 up to D 128, 64 at D 256); the schedules chosen here are the fastest
+// of the four timed on the H200 (docs/PERF.md, "GPU forward (sm90 path)").
 template <int kHeadDim>
 struct FwdConfig;
 template <>
 struct FwdConfig<64> {  // 80 KiB
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
-  static constexpr bool kOverlap = false;
+  static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
+  static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
 };
 template <>
 struct FwdConfig<128> {  // 160 KiB
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
-  static constexpr bool kOverlap = false;
+  static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
+  static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
 };
 template <>
 struct FwdConfig<256> {  // 192 KiB
   static constexpr int kBlockM = 128, kBlockN = 64, kStages = 2;
-  static constexpr bool kOverlap = false;
+  static constexpr bool kOverlap = FA_SM90_OVERLAP(false);
+  static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
 };
 
 template <int kHeadDim>

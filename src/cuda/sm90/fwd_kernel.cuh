@@ -19,6 +19,7 @@
 #include "cuda/common/softmax.cuh"
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/fwd_params.h"
@@ -42,7 +43,7 @@ struct SmemBarrier {
   }
 };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kIsBf16_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -54,6 +55,10 @@ struct FwdKernel {
   // Intra-warpgroup overlap: Q·K_{j+1}ᵀ and P_j·V_j in flight while the softmax of block j + 1
   // runs (consumer_overlapped); false: the v1 schedule (consumer), each GEMM waited for at once.
   static constexpr bool kOverlap = kOverlap_;
+  // Ping-pong: the consumer warpgroups issue their GEMMs in turn (named barriers kTurn + group),
+  // so the tensor cores run one warpgroup's GEMMs while the other does its softmax.
+  static constexpr bool kPingPong = kPingPong_;
+  static constexpr int kTurnBarrier = 1;  // ids 1 and 2 (0 is __syncthreads)
 
   // Warp roles: one producer warpgroup, two consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -98,6 +103,17 @@ struct FwdKernel {
   __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
 
  private:
+  // Ping-pong turns. Each consumer warpgroup brackets every batch of GEMM issues with
+  // wait_turn / pass_turn; warpgroup 0 goes first (warpgroup 1 passes it the turn before its
+  // first wait), and warpgroup 1 does not pass after its last batch, so every arrival is waited
+  // for. No-ops without kPingPong.
+  __device__ __forceinline__ static void wait_turn(int group) {
+    if constexpr (kPingPong) ptx::named_barrier_sync(kTurnBarrier + group, 2 * kWarpGroupThreads);
+  }
+  __device__ __forceinline__ static void pass_turn(int group) {
+    if constexpr (kPingPong) ptx::named_barrier_arrive(kTurnBarrier + (group ^ 1), 2 * kWarpGroupThreads);
+  }
+
   __device__ __forceinline__ static void consumer(const Params& p, int group, uint32_t smem_q,
                                                   uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
                                                   const FwdTile& tile, int nb_begin, int n_blocks,
@@ -109,8 +125,8 @@ struct FwdKernel {
                                                              int full_hi);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator()(const Params& params,
                                                                           char* smem_raw) const {
   const sm80::FwdParams& p = params.prob;
   const FwdTile tile = LongestFirstScheduler::tile(p.num_m_blocks, p.heads_q);
@@ -207,8 +223,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::operator()(co
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
     const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
     const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
   const sm80::FwdParams& p = params.prob;
@@ -233,6 +249,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
   // 8-row groups).
   const uint32_t q_base = smem_q + 64 * group * kRowBytes;
   SmemBarrier{bars}.wait(0);
+  if (group == 1 && n_blocks > 0) pass_turn(group);  // warpgroup 0 issues first
 
   for (int it = 0; it < n_blocks; ++it) {
     const int stage = it % kStages;
@@ -244,6 +261,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
     float s[kNT * 4];
     k_full.wait(phase);
     const uint32_t k_base = smem_k + stage * kKVBytes;
+    wait_turn(group);
     ptx::warpgroup_fence_operand(s);
     ptx::warpgroup_fence();
 #pragma unroll
@@ -255,6 +273,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
       ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
     }
     ptx::warpgroup_commit();
+    pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) k_empty.arrive();  // this warp's reads of K_it are done
@@ -286,6 +305,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
     // leading offset = bytes between 64-column panels, k16 step = 16 rows of 128 bytes)
     v_full.wait(phase);
     const uint32_t v_base = smem_v + stage * kKVBytes;
+    wait_turn(group);
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
 #pragma unroll
@@ -294,6 +314,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer(
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
     }
     ptx::warpgroup_commit();
+    if (group == 0 || it + 1 < n_blocks) pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) v_empty.arrive();
@@ -370,8 +391,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
 // P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
 // operand of the P·V in flight, kept live until it lands) and O.
-template <int D, int BM, int BN, int S, bool Ov, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_overlapped(
     const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
     const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
   const sm80::FwdParams& p = params.prob;
@@ -449,13 +470,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer_over
 
   SmemBarrier{bars}.wait(0);  // Q
   if (n_blocks > 0) {
+    if (group == 1) pass_turn(group);  // warpgroup 0 issues first
     // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
     float alpha[2];
     k_full(0).wait(0);
+    wait_turn(group);
     ptx::warpgroup_fence_operand(s);
     ptx::warpgroup_fence();
     issue_qk(0);
     ptx::warpgroup_commit();
+    pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) k_empty(0).arrive();
@@ -470,11 +494,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer_over
       ptx::warpgroup_fence_operand(s);
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
+      wait_turn(group);
       ptx::warpgroup_fence();
       issue_qk(stage);  // S_it = Q·K_itᵀ
       ptx::warpgroup_commit();
       issue_pv(prev);  // O += P_{it-1}·V_{it-1}
       ptx::warpgroup_commit();
+      pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
       if (lane == 0) k_empty(stage).arrive();
@@ -498,9 +524,11 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Bf16>::consumer_over
     v_full(last).wait(((n_blocks - 1) / kStages) & 1);
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
+    wait_turn(group);
     ptx::warpgroup_fence();
     issue_pv(last);
     ptx::warpgroup_commit();
+    if (group == 0) pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);

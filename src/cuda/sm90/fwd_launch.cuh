@@ -14,7 +14,8 @@ namespace fa::cuda::sm90 {
 
 template <int kHeadDim, bool kIsBf16>
 using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
-                               FwdConfig<kHeadDim>::kStages, FwdConfig<kHeadDim>::kOverlap, kIsBf16>;
+                               FwdConfig<kHeadDim>::kStages, FwdConfig<kHeadDim>::kOverlap,
+                               FwdConfig<kHeadDim>::kPingPong, kIsBf16>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 template <int kHeadDim, bool kIsBf16>

@@ -1,6 +1,7 @@
-// CUDA backend, common/: maps a CTA to its (q-block, head, batch) tile of a forward launch.
-// One-dimensional grid (no 65535 limit on batch·heads); within each (batch, head) the last
-// q-blocks, which see the most keys under a causal mask, start first. No memory access.
+// CUDA backend, common/: maps a tile index to its (q-block, head, batch) tile of a forward
+// launch. One-dimensional grid (no 65535 limit on batch·heads); within each (batch, head) the
+// last q-blocks, which see the most keys under a causal mask, come first. A CTA runs tile
+// blockIdx.x (sm80) or, persistent (sm90), tiles blockIdx.x, + gridDim.x, ... No memory access.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,30 @@ struct LongestFirstScheduler {
   }
 
 #if defined(__CUDACC__)
-  __device__ __forceinline__ static FwdTile tile(int num_m_blocks, int heads) {
-    const int idx = static_cast<int>(blockIdx.x);
+  __device__ __forceinline__ static FwdTile tile(int idx, int num_m_blocks, int heads) {
     const int bh = idx / num_m_blocks;
     return FwdTile{num_m_blocks - 1 - (idx - bh * num_m_blocks), bh % heads, bh / heads};
+  }
+  __device__ __forceinline__ static FwdTile tile(int num_m_blocks, int heads) {
+    return tile(static_cast<int>(blockIdx.x), num_m_blocks, heads);
+  }
+  // Longest first over the whole grid, for masks under which later q-blocks see more keys
+  // (causal): q-block descending, then (batch, head). Persistent CTAs taking these in snake
+  // order (persistent_index) each get a near-equal share of the work.
+  __device__ __forceinline__ static FwdTile tile_by_length(int idx, int num_m_blocks, int heads, int batch) {
+    const int bh_count = heads * batch;
+    const int m = idx / bh_count;
+    const int bh = idx - m * bh_count;
+    return FwdTile{num_m_blocks - 1 - m, bh % heads, bh / heads};
+  }
+  // Persistent grids: the tile of this CTA's round r, r·G + c in even rounds and r·G + G − 1 − c
+  // in odd ones (G = gridDim.x, c = blockIdx.x), so that a CTA that drew one of the longest
+  // tiles of a round draws one of the shortest of the next. Callers stop at the first index
+  // past the last tile (only the last round is partial).
+  __device__ __forceinline__ static int64_t persistent_index(int64_t round) {
+    const int64_t g = gridDim.x;
+    const int64_t c = blockIdx.x;
+    return round * g + ((round & 1) != 0 ? g - 1 - c : c);
   }
 #endif
 };

@@ -19,7 +19,7 @@ void bwd_launch(const BwdParams& p, cudaStream_t stream) {
   using Kernel = BwdKernel<kHeadDim, kIsBf16>;
   const auto entry = &kernel_entry<Kernel>;
   constexpr int smem = Kernel::smem_bytes();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  set_smem_limit_once<Kernel>(smem);
   entry<<<Kernel::grid(p), Kernel::block(), smem, stream>>>(p);
   check_launch("sm80 backward");
 }

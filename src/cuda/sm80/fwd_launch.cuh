@@ -24,7 +24,7 @@ void fwd_launch(const FwdParams& p, cudaStream_t stream) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  set_smem_limit_once<Kernel>(smem);
   entry<<<Kernel::grid(p), Kernel::block(), smem, stream>>>(p);
   check_launch("sm80 forward");
 }

@@ -49,8 +49,18 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   if (Kernel::kSmemBytes > smem_optin) return "sm90 backward: not enough shared memory per block";
   if (Kernel::num_ctas(p) > INT32_MAX)
     return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^31 - 1 CTAs";
-  BwdParams full;
-  return make_bwd_params<kHeadDim, kIsBf16>(p, &full);
+  // What the tensor maps need (bwd_launch encodes them).
+  std::string why = bshd_map_limits(p.q, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
+                                    p.q_head_stride);
+  if (why.empty())
+    why = bshd_map_limits(p.dout, p.batch, p.seqlen_q, p.heads_q, p.do_batch_stride, p.do_row_stride,
+                          p.do_head_stride);
+  if (why.empty())
+    why = bshd_map_limits(p.k, p.batch, p.seqlen_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  if (why.empty())
+    why = bshd_map_limits(p.v, p.batch, p.seqlen_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
+  return why;
 }
 
 template <int kHeadDim, bool kIsBf16>
@@ -61,7 +71,7 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward (sm90): " + why);
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  set_smem_limit_once<Kernel>(smem);
   entry<<<Kernel::grid(full), Kernel::block(), smem, stream>>>(full);
   check_launch("sm90 backward");
 }

@@ -1,11 +1,12 @@
 // CUDA backend, sm90/: the FlashAttention-3-design forward kernel class (TMA, mbarriers, wgmma,
-// warp specialisation with setmaxnreg). One CTA per (q-block, head, batch): warpgroup 0 is the
-// producer (one thread issues TMA loads of Q and a kStages-deep ring of K/V blocks), warpgroups
-// 1 and 2 are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared
-// memory), online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
-// descriptor). Two consumer schedules: `consumer` (v1, each GEMM waited for at once; the one run
-// on the GPU) and `consumer_overlapped` (kOverlap). Receives validated FwdParams; does not
-// choose tile sizes or launch.
+// warp specialisation with setmaxnreg). Persistent: each CTA runs (q-block, head, batch) tiles
+// blockIdx.x, + gridDim.x, ...; warpgroup 0 is the producer (one thread issues TMA loads of Q
+// and a kStages-deep ring of K/V blocks, running ahead into the next tile), warpgroups 1 and 2
+// are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared memory),
+// online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
+// descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
+// `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). Receives
+// validated FwdParams; does not choose tile sizes or launch.
 #pragma once
 
 #include <cuda/ptx>
@@ -72,8 +73,10 @@ struct FwdKernel {
   static_assert(kWarpGroupThreads * (kProducerRegs + kConsumerGroups * kConsumerRegs) <= 65536,
                 "register file");
 
-  // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row). Q: kPanels panels
-  // of kBlockM rows; each K and V stage: kPanels panels of kBlockN rows; then the mbarriers.
+  // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row). Each Q stage:
+  // kPanels panels of kBlockM rows; each K and V stage: kPanels panels of kBlockN rows; then the
+  // mbarriers. Two Q stages where they fit in the 227 KiB a block may have (the next tile's Q
+  // loads while this tile's last blocks run), else one.
   static constexpr int kPanelCols = 64;
   static constexpr int kPanels = kHeadDim / kPanelCols;
   static constexpr int kRowBytes = kPanelCols * 2;  // 128
@@ -81,9 +84,12 @@ struct FwdKernel {
   static constexpr int kKVPanelBytes = kBlockN * kRowBytes;
   static constexpr int kQBytes = kPanels * kQPanelBytes;
   static constexpr int kKVBytes = kPanels * kKVPanelBytes;
-  static constexpr int kTileBytes = kQBytes + 2 * kStages * kKVBytes;
-  static constexpr int kNumBarriers = 1 + 4 * kStages;  // q_full, k_full/k_empty/v_full/v_empty
-  static constexpr int kAlign = 1024;                    // swizzle atom
+  static constexpr int kAlign = 1024;  // swizzle atom
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kQStages = kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) <= kMaxSmem ? 2 : 1;
+  static constexpr int kTileBytes = kQStages * kQBytes + 2 * kStages * kKVBytes;
+  // q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
   static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers;
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
@@ -95,18 +101,75 @@ struct FwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  static dim3 grid(const Params& p) {
-    return dim3(static_cast<unsigned>(
-        LongestFirstScheduler::num_tiles(p.prob.num_m_blocks, p.prob.heads_q, p.prob.batch)));
+  // Persistent: at most one CTA per SM, each running tiles blockIdx.x, + gridDim.x, ...
+  static dim3 grid(const Params& p, int sm_count) {
+    const int64_t tiles = LongestFirstScheduler::num_tiles(p.prob.num_m_blocks, p.prob.heads_q, p.prob.batch);
+    return dim3(static_cast<unsigned>(tiles < sm_count ? tiles : sm_count));
   }
 
   __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
 
  private:
+  // What one tile reads: K/V blocks [nb_begin, nb_begin + n_blocks) of kBlockN keys, and the key
+  // range [full_lo, full_hi) that every row of the tile sees (blocks inside it need no mask).
+  struct TileWork {
+    FwdTile tile;
+    int q_stage;  // the Q buffer of this tile (set by the round loop)
+    int m0;
+    int nb_begin;
+    int n_blocks;
+    int full_lo;
+    int full_hi;
+  };
+  // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
+  // q-blocks see more keys), where tiles go longest first over the whole grid.
+  __device__ __forceinline__ static TileWork tile_work(const sm80::FwdParams& p, int idx) {
+    TileWork w;
+    const bool by_length = p.mask.right >= 0 && p.mask.left < 0;
+    w.tile = by_length ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch)
+                       : LongestFirstScheduler::tile(idx, p.num_m_blocks, p.heads_q);
+    const int sq = p.seqlen_q;
+    const int sk = p.seqlen_k;
+    w.m0 = w.tile.m_block * kBlockM;
+    // Keys this q-block can see: from key_begin of its first row to key_end of its last.
+    const int m_last = min(w.m0 + kBlockM, sq) - 1;
+    const int64_t key_lo = p.mask.key_begin(w.m0, sq, sk);
+    const int64_t key_hi = p.mask.key_end(m_last, sq, sk);
+    w.nb_begin = static_cast<int>(key_lo / kBlockN);
+    w.n_blocks = key_hi > key_lo ? static_cast<int>((key_hi + kBlockN - 1) / kBlockN) - w.nb_begin : 0;
+    // A block [n0, n0 + BN) needs no element mask iff every row of the q-block sees all of it.
+    const int64_t kb_last = p.mask.key_begin(m_last, sq, sk);
+    w.full_lo = static_cast<int>(kb_last < sk ? kb_last : sk);
+    w.full_hi = static_cast<int>(p.mask.key_end(w.m0, sq, sk));
+    return w;
+  }
+
+  // The mbarriers: per Q stage q: [q] q_full, [Q + q] q_empty; then per K/V stage s (after
+  // 2Q = kQ2): [kQ2 + s] k_full, [kQ2 + S + s] k_empty, [kQ2 + 2S + s] v_full, [kQ2 + 3S + s] v_empty.
+  struct Barriers {
+    static constexpr int kQ2 = 2 * kQStages;
+    uint64_t* bars;
+    __device__ __forceinline__ SmemBarrier q_full(int qs) const { return {bars + qs}; }
+    __device__ __forceinline__ SmemBarrier q_empty(int qs) const { return {bars + kQStages + qs}; }
+    __device__ __forceinline__ SmemBarrier k_full(int st) const { return {bars + kQ2 + st}; }
+    __device__ __forceinline__ SmemBarrier k_empty(int st) const { return {bars + kQ2 + kStages + st}; }
+    __device__ __forceinline__ SmemBarrier v_full(int st) const { return {bars + kQ2 + 2 * kStages + st}; }
+    __device__ __forceinline__ SmemBarrier v_empty(int st) const { return {bars + kQ2 + 3 * kStages + st}; }
+  };
+  // The K/V ring position of the kv-th block loaded by this CTA (counted over all its tiles).
+  __device__ __forceinline__ static int stage_of(int kv) { return kv % kStages; }
+  __device__ __forceinline__ static uint32_t phase_of(int kv) { return (kv / kStages) & 1; }
+
+  // Shared-memory addresses of the tiles (32-bit shared window).
+  struct Smem {
+    char* base;
+    uint32_t q, k, v;
+  };
+
   // Ping-pong turns. Each consumer warpgroup brackets every batch of GEMM issues with
-  // wait_turn / pass_turn; warpgroup 0 goes first (warpgroup 1 passes it the turn before its
-  // first wait), and warpgroup 1 does not pass after its last batch, so every arrival is waited
-  // for. No-ops without kPingPong.
+  // wait_turn / pass_turn; per tile, warpgroup 0 goes first (warpgroup 1 passes it the turn
+  // before its first wait), and warpgroup 1 does not pass after its last batch, so every
+  // arrival is waited for within the tile. No-ops without kPingPong.
   __device__ __forceinline__ static void wait_turn(int group) {
     if constexpr (kPingPong) ptx::named_barrier_sync(kTurnBarrier + group, 2 * kWarpGroupThreads);
   }
@@ -114,119 +177,133 @@ struct FwdKernel {
     if constexpr (kPingPong) ptx::named_barrier_arrive(kTurnBarrier + (group ^ 1), 2 * kWarpGroupThreads);
   }
 
-  __device__ __forceinline__ static void consumer(const Params& p, int group, uint32_t smem_q,
-                                                  uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
-                                                  const FwdTile& tile, int nb_begin, int n_blocks,
-                                                  int full_lo, int full_hi);
-  __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, uint32_t smem_q,
-                                                             uint32_t smem_k, uint32_t smem_v,
-                                                             uint64_t* bars, const FwdTile& tile,
-                                                             int nb_begin, int n_blocks, int full_lo,
-                                                             int full_hi);
+  __device__ __forceinline__ static void producer(const Params& p, const Smem& sm, const Barriers& b);
+  // One tile of one consumer warpgroup; kv_base = the ring position of the tile's first block.
+  __device__ __forceinline__ static void consumer(const Params& p, int group, const Smem& sm,
+                                                  const Barriers& b, const TileWork& w, int kv_base);
+  __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, const Smem& sm,
+                                                             const Barriers& b, const TileWork& w,
+                                                             int kv_base);
+  // O = O / l and LSE of the warpgroup's 64 rows, stored from the accumulators.
+  __device__ __forceinline__ static void store_tile(const sm80::FwdParams& p, int group, const TileWork& w,
+                                                    OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator()(const Params& params,
-                                                                          char* smem_raw) const {
+                                                                                  char* smem_raw) const {
   const sm80::FwdParams& p = params.prob;
-  const FwdTile tile = LongestFirstScheduler::tile(p.num_m_blocks, p.heads_q);
-  const int sq = p.seqlen_q;
-  const int sk = p.seqlen_k;
-  const int m0 = tile.m_block * kBlockM;
-  if (m0 >= sq) return;  // uniform over the CTA
-
-  // Keys this q-block can see: from key_begin of its first row to key_end of its last.
-  const int m_last = min(m0 + kBlockM, sq) - 1;
-  const int64_t key_lo = p.mask.key_begin(m0, sq, sk);
-  const int64_t key_hi = p.mask.key_end(m_last, sq, sk);
-  const int nb_begin = static_cast<int>(key_lo / kBlockN);
-  const int n_blocks =
-      key_hi > key_lo ? static_cast<int>((key_hi + kBlockN - 1) / kBlockN) - nb_begin : 0;
-  // A block [n0, n0 + BN) needs no element mask iff every row of the q-block sees all of it.
-  const int64_t kb_last = p.mask.key_begin(m_last, sq, sk);
-  const int full_lo = static_cast<int>(kb_last < sk ? kb_last : sk);
-  const int full_hi = static_cast<int>(p.mask.key_end(m0, sq, sk));
-
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
   const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
-  char* smem = smem_raw + pad;
-  const uint32_t smem_q = raw + pad;
-  const uint32_t smem_k = smem_q + kQBytes;
-  const uint32_t smem_v = smem_k + kStages * kKVBytes;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kTileBytes);
-  // bars: [0] q_full, [1 + s] k_full, [1 + S + s] k_empty, [1 + 2S + s] v_full, [1 + 3S + s] v_empty
-  const SmemBarrier q_full{bars};
+  Smem sm;
+  sm.base = smem_raw + pad;
+  sm.q = raw + pad;
+  sm.k = sm.q + kQStages * kQBytes;
+  sm.v = sm.k + kStages * kKVBytes;
+  const Barriers b{reinterpret_cast<uint64_t*>(sm.base + kTileBytes)};
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    q_full.init(1);
+    for (int q = 0; q < kQStages; ++q) {
+      b.q_full(q).init(1);
+      b.q_empty(q).init(kConsumerWarps);
+    }
     for (int s = 0; s < kStages; ++s) {
-      SmemBarrier{bars + 1 + s}.init(1);
-      SmemBarrier{bars + 1 + kStages + s}.init(kConsumerWarps);
-      SmemBarrier{bars + 1 + 2 * kStages + s}.init(1);
-      SmemBarrier{bars + 1 + 3 * kStages + s}.init(kConsumerWarps);
+      b.k_full(s).init(1);
+      b.k_empty(s).init(kConsumerWarps);
+      b.v_full(s).init(1);
+      b.v_empty(s).init(kConsumerWarps);
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
   __syncthreads();
 
   const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
+  const int num_tiles = p.num_m_blocks * p.heads_q * p.batch;  // checked < 2^31 by can_implement
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
-    if (tid == 0) {
-      const int b = tile.batch;
-      const int head_kv = tile.head / p.group;
-      // Q once: kPanels boxes of 64 columns x kBlockM rows.
-      q_full.arrive_expect_tx(kQBytes);
-      for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, m0, tile.head, b};
-        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                        smem + c * kQPanelBytes, &params.tm_q, coords, bars);
-      }
-      for (int it = 0; it < n_blocks; ++it) {
-        const int stage = it % kStages;
-        const uint32_t phase = (it / kStages) & 1;
-        const int n0 = (nb_begin + it) * kBlockN;
-        // The consumers released this stage's K (parity of the previous round; a fresh
-        // barrier's "previous phase" counts as complete).
-        const SmemBarrier k_full{bars + 1 + stage}, k_empty{bars + 1 + kStages + stage};
-        const SmemBarrier v_full{bars + 1 + 2 * kStages + stage}, v_empty{bars + 1 + 3 * kStages + stage};
-        k_empty.wait(phase ^ 1);
-        k_full.arrive_expect_tx(kKVBytes);
-        for (int c = 0; c < kPanels; ++c) {
-          const int32_t coords[4] = {c * kPanelCols, n0, head_kv, b};
-          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                          smem + kQBytes + stage * kKVBytes + c * kKVPanelBytes,
-                                          &params.tm_k, coords, k_full.bar);
-        }
-        v_empty.wait(phase ^ 1);
-        v_full.arrive_expect_tx(kKVBytes);
-        for (int c = 0; c < kPanels; ++c) {
-          const int32_t coords[4] = {c * kPanelCols, n0, head_kv, b};
-          ::cuda::ptx::cp_async_bulk_tensor(
-              ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-              smem + kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
-              coords, v_full.bar);
-        }
-      }
-    }
+    if (tid == 0) producer(params, sm, b);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
-    if constexpr (kOverlap) {
-      consumer_overlapped(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin,
-                          n_blocks, full_lo, full_hi);
-    } else {
-      consumer(params, tid / kWarpGroupThreads - 1, smem_q, smem_k, smem_v, bars, tile, nb_begin, n_blocks,
-               full_lo, full_hi);
+    const int group = tid / kWarpGroupThreads - 1;
+    const int lane = tid % 32;
+    int kv_base = 0;
+    for (int round = 0;; ++round) {
+      const int64_t idx = LongestFirstScheduler::persistent_index(round);
+      if (idx >= num_tiles) break;
+      TileWork w = tile_work(p, static_cast<int>(idx));
+      w.q_stage = round % kQStages;
+      b.q_full(w.q_stage).wait((round / kQStages) & 1);
+      if constexpr (kOverlap) {
+        consumer_overlapped(params, group, sm, b, w, kv_base);
+      } else {
+        consumer(params, group, sm, b, w, kv_base);
+      }
+      if (w.n_blocks == 0 && lane == 0) b.q_empty(w.q_stage).arrive();  // else after the last S
+      kv_base += w.n_blocks;
+    }
+  }
+}
+
+// One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
+// the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
+// over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(const Params& params,
+                                                                                const Smem& sm,
+                                                                                const Barriers& b) {
+  const sm80::FwdParams& p = params.prob;
+  const int num_tiles = p.num_m_blocks * p.heads_q * p.batch;
+  int kv = 0;
+  for (int round = 0;; ++round) {
+    const int64_t idx = LongestFirstScheduler::persistent_index(round);
+    if (idx >= num_tiles) break;
+    const TileWork w = tile_work(p, static_cast<int>(idx));
+    const int batch = w.tile.batch;
+    const int head_kv = w.tile.head / p.group;
+    const int qs = round % kQStages;
+    // The consumers released this Q buffer's previous tile (a fresh barrier's "previous phase"
+    // counts as complete, so the first wait on each buffer passes).
+    b.q_empty(qs).wait(((round / kQStages) & 1) ^ 1);
+    b.q_full(qs).arrive_expect_tx(kQBytes);
+    for (int c = 0; c < kPanels; ++c) {
+      const int32_t coords[4] = {c * kPanelCols, w.m0, w.tile.head, batch};
+      ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                        sm.base + qs * kQBytes + c * kQPanelBytes, &params.tm_q, coords,
+                                        b.q_full(qs).bar);
+    }
+    for (int it = 0; it < w.n_blocks; ++it, ++kv) {
+      const int stage = stage_of(kv);
+      const uint32_t phase = phase_of(kv);
+      const int n0 = (w.nb_begin + it) * kBlockN;
+      b.k_empty(stage).wait(phase ^ 1);
+      b.k_full(stage).arrive_expect_tx(kKVBytes);
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, n0, head_kv, batch};
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          sm.base + kQStages * kQBytes + stage * kKVBytes + c * kKVPanelBytes,
+                                          &params.tm_k, coords, b.k_full(stage).bar);
+      }
+      b.v_empty(stage).wait(phase ^ 1);
+      b.v_full(stage).arrive_expect_tx(kKVBytes);
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, n0, head_kv, batch};
+        ::cuda::ptx::cp_async_bulk_tensor(
+            ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+            sm.base + kQStages * kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
+            coords, b.v_full(stage).bar);
+      }
     }
   }
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
-    const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
-    const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(const Params& params, int group,
+                                                                                const Smem& sm,
+                                                                                const Barriers& b,
+                                                                                const TileWork& w,
+                                                                                int kv_base) {
   const sm80::FwdParams& p = params.prob;
   const int sq = p.seqlen_q;
   const int sk = p.seqlen_k;
@@ -235,8 +312,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int m0 = tile.m_block * kBlockM;
-  const int row0 = m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+  const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+  const int n_blocks = w.n_blocks;
 
   float acc_o[kOT * 4];
 #pragma unroll
@@ -247,20 +324,17 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
 
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
   // 8-row groups).
-  const uint32_t q_base = smem_q + 64 * group * kRowBytes;
-  SmemBarrier{bars}.wait(0);
+  const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
   if (group == 1 && n_blocks > 0) pass_turn(group);  // warpgroup 0 issues first
 
   for (int it = 0; it < n_blocks; ++it) {
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
-    const SmemBarrier k_full{bars + 1 + stage}, k_empty{bars + 1 + kStages + stage};
-    const SmemBarrier v_full{bars + 1 + 2 * kStages + stage}, v_empty{bars + 1 + 3 * kStages + stage};
+    const int stage = stage_of(kv_base + it);
+    const uint32_t phase = phase_of(kv_base + it);
 
     // S = Q·K_itᵀ   (m64 n=BN, k16 steps: 4 per 128-byte panel row, +32 bytes each)
     float s[kNT * 4];
-    k_full.wait(phase);
-    const uint32_t k_base = smem_k + stage * kKVBytes;
+    b.k_full(stage).wait(phase);
+    const uint32_t k_base = sm.k + stage * kKVBytes;
     wait_turn(group);
     ptx::warpgroup_fence_operand(s);
     ptx::warpgroup_fence();
@@ -276,7 +350,10 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) k_empty.arrive();  // this warp's reads of K_it are done
+    if (lane == 0) {
+      b.k_empty(stage).arrive();  // this warp's reads of K_it are done
+      if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // and of Q
+    }
 
     auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
@@ -284,8 +361,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
     }
-    const int n0 = (nb_begin + it) * kBlockN;
-    if (!(n0 + kBlockN <= sk && full_lo <= n0 && full_hi >= n0 + kBlockN)) {
+    const int n0 = (w.nb_begin + it) * kBlockN;
+    if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
       warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
     }
     // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
@@ -303,8 +380,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
 
     // O += P·V_it   (V rows are keys = the k dimension, D contiguous: MN-major, transpose bit;
     // leading offset = bytes between 64-column panels, k16 step = 16 rows of 128 bytes)
-    v_full.wait(phase);
-    const uint32_t v_base = smem_v + stage * kKVBytes;
+    b.v_full(stage).wait(phase);
+    const uint32_t v_base = sm.v + stage * kKVBytes;
     wait_turn(group);
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
@@ -317,26 +394,38 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
     if (group == 0 || it + 1 < n_blocks) pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
-    if (lane == 0) v_empty.arrive();
+    if (lane == 0) b.v_empty(stage).arrive();
   }
+  store_tile(p, group, w, softmax, o3);
+}
 
-  // Epilogue: O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::store_tile(const sm80::FwdParams& p,
+                                                                                  int group, const TileWork& w,
+                                                                                  OnlineSoftmax<1>& softmax,
+                                                                                  float (&o3)[1][kOT][4]) {
+  const int sq = p.seqlen_q;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int lane = tid % 32;
+  const int t = lane % 4;
+  const int row0 = w.m0 + 64 * group + 16 * (tid / 32) + lane / 4;
+  // O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
   float inv_l[1][2];
   float lse[1][2];
   softmax.finish(p.score_log2, inv_l, lse);
 
   using T = typename Storage<kIsBf16>::type;
-  const int64_t b = tile.batch;
-  const int head = tile.head;
+  const int64_t batch = w.tile.batch;
+  const int head = w.tile.head;
   if (p.lse != nullptr && t == 0) {
-    float* lse_row = p.lse + (b * p.heads_q + head) * static_cast<int64_t>(sq);
+    float* lse_row = p.lse + (batch * p.heads_q + head) * static_cast<int64_t>(sq);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
       if (row < sq) lse_row[row] = lse[0][h];
     }
   }
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
+  T* o = static_cast<T*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -393,8 +482,7 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O.
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_overlapped(
-    const Params& params, int group, uint32_t smem_q, uint32_t smem_k, uint32_t smem_v, uint64_t* bars,
-    const FwdTile& tile, int nb_begin, int n_blocks, int full_lo, int full_hi) {
+    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base) {
   const sm80::FwdParams& p = params.prob;
   const int sq = p.seqlen_q;
   const int sk = p.seqlen_k;
@@ -403,8 +491,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int m0 = tile.m_block * kBlockM;
-  const int row0 = m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+  const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+  const int n_blocks = w.n_blocks;
 
   float acc_o[kOT * 4];
 #pragma unroll
@@ -417,16 +505,11 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
   uint32_t p_frag[kBlockN / 16][4];
   auto& p_flat = reinterpret_cast<uint32_t(&)[kBlockN / 16 * 4]>(p_frag);
 
-  // bars: [0] q_full, [1 + s] k_full, [1 + S + s] k_empty, [1 + 2S + s] v_full, [1 + 3S + s] v_empty
-  const auto k_full = [&](int st) { return SmemBarrier{bars + 1 + st}; };
-  const auto k_empty = [&](int st) { return SmemBarrier{bars + 1 + kStages + st}; };
-  const auto v_full = [&](int st) { return SmemBarrier{bars + 1 + 2 * kStages + st}; };
-  const auto v_empty = [&](int st) { return SmemBarrier{bars + 1 + 3 * kStages + st}; };
-  const uint32_t q_base = smem_q + 64 * group * kRowBytes;
+  const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
 
   // S = Q·K_stᵀ issued (not committed): m64 n=BN, k16 steps of +32 bytes in each 128-byte row.
   const auto issue_qk = [&](int st) {
-    const uint32_t k_base = smem_k + st * kKVBytes;
+    const uint32_t k_base = sm.k + st * kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int panel = kk / 4;
@@ -438,7 +521,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
   };
   // O += P·V_st issued (not committed): V MN-major (transpose bit), k16 step = 16 rows.
   const auto issue_pv = [&](int st) {
-    const uint32_t v_base = smem_v + st * kKVBytes;
+    const uint32_t v_base = sm.v + st * kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const uint64_t db = ptx::make_smem_desc_sw128(v_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
@@ -451,8 +534,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
     }
-    const int n0 = (nb_begin + it) * kBlockN;
-    if (!(n0 + kBlockN <= sk && full_lo <= n0 && full_hi >= n0 + kBlockN)) {
+    const int n0 = (w.nb_begin + it) * kBlockN;
+    if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
       warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
     }
     warp_softmax_deferred<kNT>(softmax, s3, p.score_log2, alpha);
@@ -468,29 +551,32 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
     }
   };
 
-  SmemBarrier{bars}.wait(0);  // Q
   if (n_blocks > 0) {
     if (group == 1) pass_turn(group);  // warpgroup 0 issues first
     // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
     float alpha[2];
-    k_full(0).wait(0);
+    const int st0 = stage_of(kv_base);
+    b.k_full(st0).wait(phase_of(kv_base));
     wait_turn(group);
     ptx::warpgroup_fence_operand(s);
     ptx::warpgroup_fence();
-    issue_qk(0);
+    issue_qk(st0);
     ptx::warpgroup_commit();
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) k_empty(0).arrive();
+    if (lane == 0) {
+      b.k_empty(st0).arrive();
+      if (n_blocks == 1) b.q_empty(w.q_stage).arrive();
+    }
     scores(0, alpha);
     pack_p();
 
     for (int it = 1; it < n_blocks; ++it) {
-      const int stage = it % kStages;
-      const int prev = (it - 1) % kStages;
-      k_full(stage).wait((it / kStages) & 1);
-      v_full(prev).wait(((it - 1) / kStages) & 1);
+      const int stage = stage_of(kv_base + it);
+      const int prev = stage_of(kv_base + it - 1);
+      b.k_full(stage).wait(phase_of(kv_base + it));
+      b.v_full(prev).wait(phase_of(kv_base + it - 1));
       ptx::warpgroup_fence_operand(s);
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
@@ -503,12 +589,15 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
-      if (lane == 0) k_empty(stage).arrive();
+      if (lane == 0) {
+        b.k_empty(stage).arrive();
+        if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // the tile's last read of Q
+      }
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
-      if (lane == 0) v_empty(prev).arrive();
+      if (lane == 0) b.v_empty(prev).arrive();
       // O = alpha·O
 #pragma unroll
       for (int ot = 0; ot < kOT; ++ot)
@@ -520,8 +609,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
       pack_p();
     }
     // O += P_last·V_last
-    const int last = (n_blocks - 1) % kStages;
-    v_full(last).wait(((n_blocks - 1) / kStages) & 1);
+    const int last = stage_of(kv_base + n_blocks - 1);
+    b.v_full(last).wait(phase_of(kv_base + n_blocks - 1));
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
     wait_turn(group);
@@ -532,40 +621,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
-    if (lane == 0) v_empty(last).arrive();
+    if (lane == 0) b.v_empty(last).arrive();
   }
-
-  // Epilogue: O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
-  float inv_l[1][2];
-  float lse[1][2];
-  softmax.finish(p.score_log2, inv_l, lse);
-
-  using T = typename Storage<kIsBf16>::type;
-  const int64_t b = tile.batch;
-  const int head = tile.head;
-  if (p.lse != nullptr && t == 0) {
-    float* lse_row = p.lse + (b * p.heads_q + head) * static_cast<int64_t>(sq);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row < sq) lse_row[row] = lse[0][h];
-    }
-  }
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + head * p.o_head_stride;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= sq) continue;
-    T* o_row = o + static_cast<int64_t>(row) * p.o_row_stride;
-#pragma unroll
-    for (int ot = 0; ot < kOT; ++ot) {
-      const int col = 8 * ot + 2 * t;
-      if (col < p.head_dim_v) {
-        const uint32_t val = pack2<kIsBf16>(o3[0][ot][2 * h] * inv_l[0][h], o3[0][ot][2 * h + 1] * inv_l[0][h]);
-        *reinterpret_cast<uint32_t*>(o_row + col) = val;
-      }
-    }
-  }
+  store_tile(p, group, w, softmax, o3);
 }
 
 }  // namespace fa::cuda::sm90

@@ -47,8 +47,16 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
   if (Kernel::kSmemBytes > smem_optin) return "sm90 forward: not enough shared memory per block";
   if (LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch) > INT32_MAX)
     return "batch · heads · ceil(seqlen_q / " + std::to_string(Kernel::kBlockM) + ") exceeds 2^31 - 1 CTAs";
-  FwdParams full;
-  return make_fwd_params<kHeadDim, kIsBf16>(p, &full);
+  // What the tensor maps need (checked here so that fwd_launch, which encodes them, only fails
+  // for reasons the driver alone knows).
+  std::string why = bshd_map_limits(p.q, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
+                                    p.q_head_stride);
+  if (why.empty())
+    why = bshd_map_limits(p.k, p.batch, p.seqlen_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  if (why.empty())
+    why = bshd_map_limits(p.v, p.batch, p.seqlen_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
+  return why;
 }
 
 template <int kHeadDim, bool kIsBf16>
@@ -59,8 +67,8 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
-  FA_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  entry<<<Kernel::grid(full), Kernel::block(), smem, stream>>>(full);
+  set_smem_limit_once<Kernel>(smem);
+  entry<<<Kernel::grid(full, multiprocessor_count()), Kernel::block(), smem, stream>>>(full);
   check_launch("sm90 forward");
 }
 

@@ -32,28 +32,36 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// One strided [batch, row, head, dim] 16-bit tensor as a 4-D tiled map (dim innermost), box =
-// 64 elements (128 bytes, the 128-byte swizzle span) x box_rows rows x 1 head x 1 batch.
-// Strides in elements. A stride of an extent-1 dimension is never followed, so it is replaced
-// by a legal one. Empty string on success, else the reason.
+// What TMA needs of one strided [batch, row, head, dim] 16-bit tensor (strides in elements):
+// a 16-byte aligned base and strides that are positive multiples of 16 bytes below 2^40. A
+// stride of an extent-1 dimension is never followed and is not checked. Empty string if met.
+inline std::string bshd_map_limits(const void* base, int64_t batch, int64_t rows, int64_t heads,
+                                   int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs 16-byte aligned base pointers";
+  const int64_t extent[3] = {rows, heads, batch};
+  const int64_t stride_el[3] = {row_stride, head_stride, batch_stride};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t s = stride_el[i] * 2;
+    if (extent[i] > 1 && (s <= 0 || s % 16 != 0 || s >= (int64_t{1} << 40)))
+      return "TMA needs strides that are positive multiples of 16 bytes below 2^40";
+  }
+  return {};
+}
+
+// The tensor as a 4-D tiled map (dim innermost), box = 64 elements (128 bytes, the 128-byte
+// swizzle span) x box_rows rows x 1 head x 1 batch. Empty string on success, else the reason.
 inline std::string encode_bshd_map(CUtensorMap* map, bool is_bf16, const void* base, int64_t batch,
                                    int64_t rows, int64_t heads, int64_t dim, int64_t batch_stride,
                                    int64_t row_stride, int64_t head_stride, int box_rows) {
   const EncodeTiledFn encode = encode_tiled_fn();
   if (encode == nullptr) return "the driver has no cuTensorMapEncodeTiled";
-  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs 16-byte aligned base pointers";
-  constexpr int64_t kElem = 2;
-  constexpr int64_t kStrideLimit = int64_t{1} << 40;
+  std::string why = bshd_map_limits(base, batch, rows, heads, batch_stride, row_stride, head_stride);
+  if (!why.empty()) return why;
   const int64_t extent[3] = {rows, heads, batch};
   const int64_t stride_el[3] = {row_stride, head_stride, batch_stride};
   cuuint64_t strides[3];
-  for (int i = 0; i < 3; ++i) {
-    int64_t s = stride_el[i] * kElem;
-    if (extent[i] <= 1) s = 16;  // never followed
-    if (s <= 0 || s % 16 != 0 || s >= kStrideLimit)
-      return "TMA needs strides that are positive multiples of 16 bytes below 2^40";
-    strides[i] = static_cast<cuuint64_t>(s);
-  }
+  for (int i = 0; i < 3; ++i)  // an extent-1 dimension gets a legal stride it never uses
+    strides[i] = static_cast<cuuint64_t>(extent[i] <= 1 ? 16 : stride_el[i] * 2);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(rows > 0 ? rows : 1),
                               static_cast<cuuint64_t>(heads > 0 ? heads : 1),
                               static_cast<cuuint64_t>(batch > 0 ? batch : 1)};

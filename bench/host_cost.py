@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--grad", action="store_true", help="inputs that require grad, outside no_grad (training)")
     a = ap.parse_args()
     S, D = a.seqlen, a.hdim
     B, H = a.tokens // S, a.width // D
@@ -77,6 +78,9 @@ def main() -> None:
     dev = "cuda"
     q, k, v = (torch.randn(B, S, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
     qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    if a.grad:
+        for t in (q, k, v, qh, kh, vh):
+            t.requires_grad_()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def sdpa(backend):
@@ -92,20 +96,21 @@ def main() -> None:
         "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
     }
     # The bare C call: the struct filled once, fa_fwd called on it.
-    out = torch.empty_like(q)
+    out = torch.empty_like(q, requires_grad=False)
     lse = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-    p, stream = _ops._fill_fwd(q, k, v, out, lse, None, None, 0, 0, D**-0.5, 0.0, a.causal, -1, -1, False)
+    p, stream = _ops._fill_fwd(q.detach(), k.detach(), v.detach(), out, lse, None, None, 0, 0, D**-0.5, 0.0, a.causal, -1, -1, False)
     lib = _lib.lib()
     impls["fa_fwd (C)"] = lambda: lib.fa_fwd(ctypes.byref(p), stream)
 
-    print(f"B={B} S={S} H={H} D={D} causal={a.causal} bf16 forward, {torch.cuda.get_device_name()}")
+    print(f"B={B} S={S} H={H} D={D} causal={a.causal} grad={a.grad} bf16 forward, {torch.cuda.get_device_name()}")
     print(f"{'impl':<12} {'host us':>8} {'do_bench ms':>12} {'graph ms':>9} {'TFLOP/s bench':>14} {'TFLOP/s graph':>14}")
-    with torch.no_grad():
+    with torch.set_grad_enabled(a.grad):
         for name, fn in impls.items():
             try:
                 h = host_us(fn)
                 m = bench_ms(fn)
-                g = graph_ms(fn)
+                with torch.no_grad():  # the bare C call launches on the stream it was given: no capture
+                    g = float("nan") if name.startswith("fa_fwd") else graph_ms(fn)
             except Exception as e:  # a peer that cannot run this shape
                 print(f"{name:<12} failed: {type(e).__name__}: {e}")
                 continue

@@ -110,6 +110,8 @@ def alloc_like(ref: Tensor, shape, dtype=None) -> Tensor:
     The last dimension stays innermost; the others are ordered as in `ref` (largest stride
     outermost, ties in index order). So an output mirrors a BSHD or a transposed BHSD input.
     """
+    if ref.is_contiguous():  # the common case, without the sort
+        return torch.empty(shape, dtype=dtype or ref.dtype, device=ref.device)
     n = len(shape)
     strides = ref.stride()
     outer = sorted(range(n - 1), key=lambda d: -strides[d])
@@ -150,7 +152,12 @@ def _device(t: Tensor):
             "rebuild it with nvcc on PATH (CMake option FA_CUDA=ON) or pass CPU tensors"
         )
     idx = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:  # the same handle without building a Stream object per call
+        return idx, _raw_stream(idx)
     return idx, torch.cuda.current_stream(t.device).cuda_stream
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
@@ -351,6 +358,52 @@ def _fwd_backward(ctx, dout, dlse):
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """flashattn::fwd and its autograd without the op layer, for eager calls on plain tensors.
+
+    The same functions run (_run_fwd, _run_bwd) with the same saved tensors; what is skipped is
+    torch.library's dispatch, default filling and autograd wrapping, which cost more host time
+    per call than the library itself (tens of microseconds: enough to show in the timing of a
+    short sequence, where the kernel takes a few hundred).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, softcap, causal, wl, wr, det):
+        out, lse = _run_fwd(q, k, v, None, None, 0, 0, scale, softcap, causal, wl, wr)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (scale, softcap, causal, wl, wr, det)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, None, None, 0, 0, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def _plain_eager(*tensors) -> bool:
+    """True for plain tensors outside torch.compile / export tracing, dispatch modes and
+    functorch transforms: the calls that need nothing the custom op provides."""
+    if any(type(t) is not Tensor for t in tensors) or torch.compiler.is_compiling():
+        return False
+    C = torch._C
+    if not hasattr(C, "_len_torch_dispatch_stack") or C._len_torch_dispatch_stack() > 0:
+        return False
+    wrapped = getattr(getattr(C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return wrapped is not None and not any(wrapped(t) for t in tensors)
+
+
+def attention_fwd(q, k, v, scale: float, softcap: float, causal: bool, wl: int, wr: int, det: bool):
+    """(out, lse) of flashattn::fwd with its autograd: the op itself when tracing or under a
+    tensor subclass or mode, the direct path (_EagerAttention) for plain eager calls. Callers
+    have checked q, k and v (check_qkv)."""
+    if _plain_eager(q, k, v):
+        return _EagerAttention.apply(q, k, v, scale, softcap, causal, wl, wr, det)
+    return fwd(q, k, v, scale, softcap, causal, wl, wr, det)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 flash_attn_func and friends are drop-ins for flash-attn's functions of the same names (BSHD,
 bottom-right causal, natural-log LSE); `attention` is the SDPA-style entry that also takes
-BHSD through strides. Both call the custom ops of _ops.py; nothing here touches the library.
+BHSD through strides. Both call the custom ops of _ops.py (in plain eager calls, the same functions without the op
+layer: _ops.attention_fwd); nothing here touches the library.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def flash_attn_func(
     wl, wr = _window("window_size", window_size)
     cap = _softcap("softcap", softcap, 0.0)
     q, k, v, dv = _pad_head_dims(q, k, v)
-    out, lse = _ops.fwd(q, k, v, scale, cap, bool(causal), wl, wr, bool(deterministic))
+    out, lse = _ops.attention_fwd(q, k, v, scale, cap, bool(causal), wl, wr, bool(deterministic))
     out = out[..., :dv] if out.shape[-1] != dv else out
     return (out, lse, None) if return_attn_probs else out
 
@@ -303,7 +304,7 @@ def attention(
     wl, wr = _window("window", window)
     cap = _softcap("softcap", softcap, None)
     q, k, v, dv = _pad_head_dims(q, k, v)
-    out, lse = _ops.fwd(q, k, v, s, cap, bool(causal), wl, wr, bool(deterministic))
+    out, lse = _ops.attention_fwd(q, k, v, s, cap, bool(causal), wl, wr, bool(deterministic))
     out = out[..., :dv] if out.shape[-1] != dv else out
     if layout == "bhsd":
         out = out.transpose(1, 2)

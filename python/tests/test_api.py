@@ -257,6 +257,27 @@ def test_opcheck(device, varlen):
     torch.library.opcheck(bwd, bargs)
 
 
+def test_eager_path_matches_op(device):
+    """Plain eager calls skip the op layer (_ops.attention_fwd): same outputs and gradients,
+    bitwise, as the custom op with its registered autograd; traced calls take the op."""
+    from flashattn import _ops
+
+    q, k, v, *rest = _op_inputs(device, varlen=False)
+    assert _ops._plain_eager(q, k, v)
+    grads = []
+    for run in (lambda: _ops.attention_fwd(q, k, v, *rest), lambda: torch.ops.flashattn.fwd(q, k, v, *rest)):
+        out, lse = run()
+        dout = torch.ones_like(out)
+        grads.append((out, lse) + torch.autograd.grad(out, (q, k, v), dout))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fq = mode.from_tensor(q)
+        assert not _ops._plain_eager(fq, fq, fq)
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

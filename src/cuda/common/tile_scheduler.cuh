@@ -28,13 +28,22 @@ struct LongestFirstScheduler {
   __device__ __forceinline__ static FwdTile tile(int num_m_blocks, int heads) {
     return tile(static_cast<int>(blockIdx.x), num_m_blocks, heads);
   }
-  // Longest first over the whole grid, for masks under which later q-blocks see more keys
-  // (causal): q-block descending, then (batch, head). Persistent CTAs taking these in snake
-  // order (persistent_index) each get a near-equal share of the work.
-  __device__ __forceinline__ static FwdTile tile_by_length(int idx, int num_m_blocks, int heads, int batch) {
+  // Longest first within sections of `section_bh` (batch, head) pairs, for masks under which
+  // later q-blocks see more keys (causal): q-block descending, then (batch, head) within the
+  // section. The caller sizes sections so that their K and V stay in L2 while the CTAs sweep
+  // them; persistent CTAs taking these in snake order (persistent_index) each get a near-equal
+  // share of the work.
+  __device__ __forceinline__ static FwdTile tile_by_length(int idx, int num_m_blocks, int heads, int batch,
+                                                           int section_bh) {
     const int bh_count = heads * batch;
-    const int m = idx / bh_count;
-    const int bh = idx - m * bh_count;
+    const int per_section = section_bh * num_m_blocks;
+    const int section = idx / per_section;
+    const int local = idx - section * per_section;
+    const int first_bh = section * section_bh;
+    const int rest = bh_count - first_bh;
+    const int width = rest < section_bh ? rest : section_bh;  // the last section may be narrower
+    const int m = local / width;
+    const int bh = first_bh + (local - m * width);
     return FwdTile{num_m_blocks - 1 - m, bh % heads, bh / heads};
   }
   // Persistent grids: the tile of this CTA's round r, r·G + c in even rounds and r·G + G − 1 − c

@@ -123,10 +123,12 @@ struct FwdKernel {
   };
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
   // q-blocks see more keys), where tiles go longest first over the whole grid.
-  __device__ __forceinline__ static TileWork tile_work(const sm80::FwdParams& p, int idx) {
+  __device__ __forceinline__ static TileWork tile_work(const Params& params, int idx) {
+    const sm80::FwdParams& p = params.prob;
     TileWork w;
     const bool by_length = p.mask.right >= 0 && p.mask.left < 0;
-    w.tile = by_length ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch)
+    w.tile = by_length ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch,
+                                                               params.section_bh)
                        : LongestFirstScheduler::tile(idx, p.num_m_blocks, p.heads_q);
     const int sq = p.seqlen_q;
     const int sk = p.seqlen_k;
@@ -232,7 +234,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator(
     for (int round = 0;; ++round) {
       const int64_t idx = LongestFirstScheduler::persistent_index(round);
       if (idx >= num_tiles) break;
-      TileWork w = tile_work(p, static_cast<int>(idx));
+      TileWork w = tile_work(params, static_cast<int>(idx));
       w.q_stage = round % kQStages;
       b.q_full(w.q_stage).wait((round / kQStages) & 1);
       if constexpr (kOverlap) {
@@ -259,7 +261,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
   for (int round = 0;; ++round) {
     const int64_t idx = LongestFirstScheduler::persistent_index(round);
     if (idx >= num_tiles) break;
-    const TileWork w = tile_work(p, static_cast<int>(idx));
+    const TileWork w = tile_work(params, static_cast<int>(idx));
     const int batch = w.tile.batch;
     const int head_kv = w.tile.head / p.group;
     const int qs = round % kQStages;

@@ -2,6 +2,7 @@
 // by exactly one fwd_hdim*.cu each. Builds the TMA tensor maps; no dispatch here.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -22,6 +23,12 @@ template <int kHeadDim, bool kIsBf16>
 std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
   out->prob = p;
+  // Causal tile sections: as many (batch, head) pairs as keep their K and V within 24 MiB, about
+  // half the H100/H200 L2 (the rest holds Q, O and the other sections' stragglers).
+  const int64_t kv_bytes = int64_t{2} * p.seqlen_k * (p.head_dim + p.head_dim_v) / p.group;
+  const int64_t bh_count = int64_t{p.batch} * p.heads_q;  // at most the whole grid
+  const int64_t per_section = std::min(bh_count, (int64_t{24} << 20) / std::max<int64_t>(kv_bytes, 1));
+  out->section_bh = static_cast<int>(std::max<int64_t>(per_section, 1));
   std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
                                     p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
   if (why.empty())

@@ -16,6 +16,9 @@ struct FwdParams {
   CUtensorMap tm_q;
   CUtensorMap tm_k;
   CUtensorMap tm_v;
+  // Causal-like masks: (batch, head) pairs per section of the longest-first tile order (their
+  // K and V sized to stay in L2; see LongestFirstScheduler::tile_by_length).
+  int section_bh;
 };
 
 }  // namespace fa::cuda::sm90

@@ -15,6 +15,13 @@ struct FwdTile {
 };
 
 struct LongestFirstScheduler {
+  // Masks under which later q-blocks see more keys (causal, or a bounded right side only):
+  // their tiles go longest first over the grid (tile_by_length), else (batch, head)-major.
+  template <class Mask>
+  __host__ __device__ static bool by_length(const Mask& m) {
+    return m.right >= 0 && m.left < 0;
+  }
+
   // Number of CTAs; callers check it is at most INT32_MAX (grid.x limit 2^31 - 1).
   static int64_t num_tiles(int num_m_blocks, int heads, int batch) {
     return static_cast<int64_t>(num_m_blocks) * heads * batch;
@@ -46,10 +53,10 @@ struct LongestFirstScheduler {
     const int bh = first_bh + (local - m * width);
     return FwdTile{num_m_blocks - 1 - m, bh % heads, bh / heads};
   }
-  // Persistent grids: the tile of this CTA's round r, r·G + c in even rounds and r·G + G − 1 − c
-  // in odd ones (G = gridDim.x, c = blockIdx.x), so that a CTA that drew one of the longest
-  // tiles of a round draws one of the shortest of the next. Callers stop at the first index
-  // past the last tile (only the last round is partial).
+  // Persistent grids with a static order: the tile of this CTA's round r, r·G + c in even rounds
+  // and r·G + G − 1 − c in odd ones (G = gridDim.x, c = blockIdx.x). Callers stop at the first
+  // index past the last tile (only the last round is partial). Tiles of unequal length are
+  // better served by a dynamic order (a counter each CTA draws its next tile from).
   __device__ __forceinline__ static int64_t persistent_index(int64_t round) {
     const int64_t g = gridDim.x;
     const int64_t c = blockIdx.x;

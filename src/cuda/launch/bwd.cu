@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/common/async_buffer.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/cuda_backend.h"
@@ -130,24 +131,6 @@ const BwdKernelRow& prepare(const Problem& p, sm80::BwdParams* params) {
   if (!why.empty()) unsupported(why);
   return *row;
 }
-
-// Stream-ordered scratch the library owns when the caller passes no workspace.
-class AsyncBuffer {
- public:
-  AsyncBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    FA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
-  }
-  ~AsyncBuffer() {
-    if (ptr_ != nullptr) (void)cudaFreeAsync(ptr_, stream_);
-  }
-  AsyncBuffer(const AsyncBuffer&) = delete;
-  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
 
 }  // namespace
 

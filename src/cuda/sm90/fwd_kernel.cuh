@@ -1,7 +1,8 @@
 // CUDA backend, sm90/: the FlashAttention-3-design forward kernel class (TMA, mbarriers, wgmma,
 // warp specialisation with setmaxnreg). Persistent: each CTA runs (q-block, head, batch) tiles
-// blockIdx.x, + gridDim.x, ...; warpgroup 0 is the producer (one thread issues TMA loads of Q
-// and a kStages-deep ring of K/V blocks, running ahead into the next tile), warpgroups 1 and 2
+// in a static order or, for causal masks, drawn from a counter; warpgroup 0 is the producer (one
+// thread picks the tiles and issues TMA loads of Q and a kStages-deep ring of K/V blocks,
+// running ahead into the next tile), warpgroups 1 and 2
 // are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared memory),
 // online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
 // descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
@@ -86,11 +87,13 @@ struct FwdKernel {
   static constexpr int kKVBytes = kPanels * kKVPanelBytes;
   static constexpr int kAlign = 1024;  // swizzle atom
   static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kQStages = kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) <= kMaxSmem ? 2 : 1;
+  static constexpr int kQStages =
+      kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) + 8 <= kMaxSmem ? 2 : 1;
   static constexpr int kTileBytes = kQStages * kQBytes + 2 * kStages * kKVBytes;
-  // q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage
+  // q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage; then the tile
+  // index of each Q stage (the producer's hand-over to the consumers)
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
-  static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers;
+  static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers + 4 * kQStages;
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
@@ -126,8 +129,7 @@ struct FwdKernel {
   __device__ __forceinline__ static TileWork tile_work(const Params& params, int idx) {
     const sm80::FwdParams& p = params.prob;
     TileWork w;
-    const bool by_length = p.mask.right >= 0 && p.mask.left < 0;
-    w.tile = by_length ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch,
+    w.tile = LongestFirstScheduler::by_length(p.mask) ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch,
                                                                params.section_bh)
                        : LongestFirstScheduler::tile(idx, p.num_m_blocks, p.heads_q);
     const int sq = p.seqlen_q;
@@ -162,10 +164,12 @@ struct FwdKernel {
   __device__ __forceinline__ static int stage_of(int kv) { return kv % kStages; }
   __device__ __forceinline__ static uint32_t phase_of(int kv) { return (kv / kStages) & 1; }
 
-  // Shared-memory addresses of the tiles (32-bit shared window).
+  // Shared-memory addresses of the tiles (32-bit shared window), and the tile index slots: the
+  // producer writes the tile of each round (-1: none left) before the round's q_full arrival.
   struct Smem {
     char* base;
     uint32_t q, k, v;
+    volatile int* tile_slot;
   };
 
   // Ping-pong turns. Each consumer warpgroup brackets every batch of GEMM issues with
@@ -194,7 +198,6 @@ struct FwdKernel {
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
-  const sm80::FwdParams& p = params.prob;
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
   const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
@@ -204,12 +207,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator(
   sm.k = sm.q + kQStages * kQBytes;
   sm.v = sm.k + kStages * kKVBytes;
   const Barriers b{reinterpret_cast<uint64_t*>(sm.base + kTileBytes)};
+  sm.tile_slot = reinterpret_cast<volatile int*>(sm.base + kTileBytes + 8 * kNumBarriers);
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
-      b.q_empty(q).init(kConsumerWarps);
+      b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads);  // every consumer thread read its slot
     }
     for (int s = 0; s < kStages; ++s) {
       b.k_full(s).init(1);
@@ -222,27 +226,26 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator(
   __syncthreads();
 
   const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
-  const int num_tiles = p.num_m_blocks * p.heads_q * p.batch;  // checked < 2^31 by can_implement
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
     if (tid == 0) producer(params, sm, b);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     const int group = tid / kWarpGroupThreads - 1;
-    const int lane = tid % 32;
     int kv_base = 0;
     for (int round = 0;; ++round) {
-      const int64_t idx = LongestFirstScheduler::persistent_index(round);
-      if (idx >= num_tiles) break;
-      TileWork w = tile_work(params, static_cast<int>(idx));
-      w.q_stage = round % kQStages;
-      b.q_full(w.q_stage).wait((round / kQStages) & 1);
+      const int qs = round % kQStages;
+      b.q_full(qs).wait((round / kQStages) & 1);
+      const int idx = sm.tile_slot[qs];
+      if (idx < 0) break;
+      TileWork w = tile_work(params, idx);
+      w.q_stage = qs;
       if constexpr (kOverlap) {
         consumer_overlapped(params, group, sm, b, w, kv_base);
       } else {
         consumer(params, group, sm, b, w, kv_base);
       }
-      if (w.n_blocks == 0 && lane == 0) b.q_empty(w.q_stage).arrive();  // else after the last S
+      if (w.n_blocks == 0) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
   }
@@ -256,18 +259,23 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
-  const int num_tiles = p.num_m_blocks * p.heads_q * p.batch;
+  const int64_t num_tiles = int64_t{p.num_m_blocks} * p.heads_q * p.batch;  // < 2^31 (can_implement)
   int kv = 0;
+  int64_t idx = blockIdx.x;
   for (int round = 0;; ++round) {
-    const int64_t idx = LongestFirstScheduler::persistent_index(round);
-    if (idx >= num_tiles) break;
-    const TileWork w = tile_work(params, static_cast<int>(idx));
-    const int batch = w.tile.batch;
-    const int head_kv = w.tile.head / p.group;
     const int qs = round % kQStages;
     // The consumers released this Q buffer's previous tile (a fresh barrier's "previous phase"
     // counts as complete, so the first wait on each buffer passes).
     b.q_empty(qs).wait(((round / kQStages) & 1) ^ 1);
+    if (idx >= num_tiles) {  // none left: tell the consumers, with no bytes to wait for
+      sm.tile_slot[qs] = -1;
+      b.q_full(qs).arrive();
+      break;
+    }
+    sm.tile_slot[qs] = static_cast<int>(idx);
+    const TileWork w = tile_work(params, static_cast<int>(idx));
+    const int batch = w.tile.batch;
+    const int head_kv = w.tile.head / p.group;
     b.q_full(qs).arrive_expect_tx(kQBytes);
     for (int c = 0; c < kPanels; ++c) {
       const int32_t coords[4] = {c * kPanelCols, w.m0, w.tile.head, batch};
@@ -297,6 +305,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
             coords, b.v_full(stage).bar);
       }
     }
+    idx = params.tile_counter != nullptr ? gridDim.x + int64_t{atomicAdd(params.tile_counter, 1)}
+                                         : LongestFirstScheduler::persistent_index(round + 1);
   }
 }
 
@@ -352,10 +362,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) {
-      b.k_empty(stage).arrive();  // this warp's reads of K_it are done
-      if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // and of Q
-    }
+    if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
+    if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // and of Q (and of the tile slot)
 
     auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
@@ -567,10 +575,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) {
-      b.k_empty(st0).arrive();
-      if (n_blocks == 1) b.q_empty(w.q_stage).arrive();
-    }
+    if (lane == 0) b.k_empty(st0).arrive();
+    if (n_blocks == 1) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     pack_p();
 
@@ -591,10 +597,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
-      if (lane == 0) {
-        b.k_empty(stage).arrive();
-        if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // the tile's last read of Q
-      }
+      if (lane == 0) b.k_empty(stage).arrive();
+      if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // the tile's last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);

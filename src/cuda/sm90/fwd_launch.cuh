@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
+#include "cuda/common/async_buffer.h"
 #include "cuda/common/check.h"
 #include "cuda/common/kernel_entry.cuh"
 #include "cuda/sm90/fwd_config.h"
@@ -72,6 +74,14 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   FwdParams full;
   const std::string why = make_fwd_params<kHeadDim, kIsBf16>(p, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
+  // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
+  std::unique_ptr<AsyncBuffer> counter;
+  full.tile_counter = nullptr;
+  if (LongestFirstScheduler::by_length(p.mask)) {
+    counter = std::make_unique<AsyncBuffer>(sizeof(int), stream);
+    full.tile_counter = static_cast<int*>(counter->get());
+    FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, sizeof(int), stream));
+  }
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
   set_smem_limit_once<Kernel>(smem);

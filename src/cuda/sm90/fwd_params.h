@@ -19,6 +19,9 @@ struct FwdParams {
   // Causal-like masks: (batch, head) pairs per section of the longest-first tile order (their
   // K and V sized to stay in L2; see LongestFirstScheduler::tile_by_length).
   int section_bh;
+  // Dynamic tile order (causal-like masks): zeroed before the launch; a CTA's first tile is
+  // blockIdx.x, each next one gridDim.x + atomicAdd(tile_counter, 1). Null: static order.
+  int* tile_counter;
 };
 
 }  // namespace fa::cuda::sm90

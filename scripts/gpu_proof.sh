@@ -3,11 +3,15 @@
 # Pass FLASHATTN_COMMIT=<sha> where the tree has no .git, so results name their commit.
 # Runs the steps named on the command line (default: all), each with its own log, packed into
 # $OUT/logs.tgz; the benchmark writes $OUT/bench.json and bench.png:
-#   checks     the CUDA check programs: correctness vs the CPU reference, determinism, 2^31 offsets
-#   sanitize   compute-sanitizer memcheck, racecheck and initcheck on small awkward shapes
+#   checks     the CUDA check programs: correctness vs the CPU reference (every path, and the
+#              sm90 backward's own list), determinism, B·H past 2^16, offsets past 2^31
+#   sanitize   compute-sanitizer memcheck, racecheck, synccheck and initcheck on small awkward
+#              shapes, forward and backward
 #   python     the pytest suite's GPU cases (the `gpu` marker)
 #   cli        flashattn info, check --device cuda, demo (with its memory chart)
 #   bench      bench/bench_attn.py on the ANCHORS grid against SDPA's FLASH and cuDNN backends
+# The programs of checks, sanitize, python and cli are independent and need no quiet GPU: they
+# run side by side. The benchmark runs alone, after them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -19,46 +23,57 @@ export FLASHATTN_LIBRARY=$PWD/$BUILD/src/libflashattn.so PYTHONPATH=$PWD/python 
 export FA_AWKWARD_SHAPES=$PWD/tests/awkward_shapes.txt
 export LD_LIBRARY_PATH=$PWD/$BUILD/src:${LD_LIBRARY_PATH:-}
 steps=${*:-checks sanitize python cli bench}
-failed=()
 
-# step NAME SECONDS CMD...: runs CMD with a time limit, its output in $LOGS/NAME.log.
+# step NAME SECONDS CMD...: runs CMD in the background with a time limit, its output in
+# $LOGS/NAME.log and its exit status in $LOGS/NAME.rc.
 step() {
   local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-90)"
-  [ "$rc" = 0 ] || failed+=("$name")
+  ( local t0=$SECONDS
+    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+    echo "$? $((SECONDS - t0))" > "$LOGS/$name.rc" ) &
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
+C=$BUILD/tests/cuda
 for s in $steps; do
   case $s in
     checks)
-      step check_fwd_correct 240 "$BUILD/tests/cuda/check_fwd" correct "$FA_AWKWARD_SHAPES"
-      step check_fwd_determinism 120 "$BUILD/tests/cuda/check_fwd" determinism
-      step check_fwd_bigoffset 60 "$BUILD/tests/cuda/check_fwd" bigoffset
-      step check_bwd_check 240 "$BUILD/tests/cuda/check_bwd" check
-      step check_bwd_determinism 120 "$BUILD/tests/cuda/check_bwd" determinism
-      step check_bwd_bigbatch 180 "$BUILD/tests/cuda/check_bwd" bigbatch
-      step check_bwd_bigoffset 180 "$BUILD/tests/cuda/check_bwd" bigoffset ;;
+      step check_fwd_correct 300 "$C/check_fwd" correct "$FA_AWKWARD_SHAPES"
+      step check_fwd_determinism 200 "$C/check_fwd" determinism
+      step check_fwd_bigoffset 200 "$C/check_fwd" bigoffset
+      step check_bwd_check 300 "$C/check_bwd" check
+      step check_bwd_sm90 300 "$C/check_bwd" sm90
+      step check_bwd_determinism 200 "$C/check_bwd" determinism
+      step check_bwd_bigbatch 300 "$C/check_bwd" bigbatch
+      step check_bwd_bigoffset 300 "$C/check_bwd" bigoffset ;;
     sanitize)
-      for tool in memcheck racecheck initcheck; do
-        step "sanitize_fwd_$tool" 180 compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_fwd" sanitize
-        FA_CHECK_SHAPE=len17,d_lt_dv,d256_dv8 step "sanitize_bwd_$tool" 180 \
-          compute-sanitizer --tool "$tool" --error-exitcode 1 "$BUILD/tests/cuda/check_bwd" small
+      for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize_fwd_$tool" 300 compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_fwd" sanitize
+        # len17 and q1_k17 run on the sm90 backward (head dims 64, 128), d_lt_dv and d256_dv8 on sm80
+        FA_CHECK_SHAPE=len17,q1_k17,d_lt_dv,d256_dv8 step "sanitize_bwd_$tool" 300 \
+          compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_bwd" small
       done ;;
     python)
       xdist=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
-      step pytest_gpu 240 python3 -m pytest -q -m gpu $xdist python/tests ;;
+      step pytest_gpu 300 python3 -m pytest -q -m gpu $xdist python/tests ;;
     cli)
       step cli_info 30 "$BUILD/tools/flashattn" info
-      step cli_check 120 "$BUILD/tools/flashattn" check --device cuda
-      step cli_demo 180 "$BUILD/tools/flashattn" demo --plot "$OUT/demo-memory.png" ;;
+      step cli_check 200 "$BUILD/tools/flashattn" check --device cuda
+      step cli_demo 200 "$BUILD/tools/flashattn" demo --plot "$OUT/demo-memory.png" ;;
     bench)
-      step bench 300 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
+      wait  # alone on the GPU
+      step bench 420 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
         --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
-    *) echo "unknown step: $s"; failed+=("$s") ;;
+    *) echo "unknown step: $s"; echo "1 0" > "$LOGS/$s.rc" ;;
   esac
+done
+wait
+
+failed=()
+for rc in "$LOGS"/*.rc; do
+  name=$(basename "$rc" .rc)
+  read -r code secs < "$rc"
+  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$code" "$secs" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-90)"
+  [ "$code" = 0 ] || failed+=("$name")
 done
 [ ${#failed[@]} = 0 ] && echo "all steps passed" || { echo "failed: ${failed[*]}"; exit 1; }

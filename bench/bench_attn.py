@@ -118,10 +118,11 @@ def make_sdpa(backend):
         qh, kh, vh = _bhsd(q, k, v)
 
         def run():
+            gqa = {"enable_gqa": True} if kh.shape[1] != qh.shape[1] else {}
             if backend is None:
-                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **gqa)
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **gqa)
 
         return run, (lambda: _bwd_of(run, (qh, kh, vh)))
 
@@ -207,8 +208,9 @@ def run(args):
             for S in args.seqlens:
                 B = max(1, args.tokens // S)
                 gen = torch.Generator(device=device).manual_seed(S * 1009 + hdim)
-                q, k, v = (torch.randn(B, S, heads, hdim, device=device, dtype=dtype, generator=gen)
-                           .requires_grad_() for _ in range(3))
+                heads_kv = args.heads_kv or heads
+                q, k, v = (torch.randn(B, S, h, hdim, device=device, dtype=dtype, generator=gen)
+                           .requires_grad_() for h in (heads, heads_kv, heads_kv))
                 kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal),
                            "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal)}
                 ref_out = None
@@ -243,6 +245,7 @@ def run(args):
                     for op, ms in timed.items():
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
+                               **({"heads_kv": heads_kv} if heads_kv != heads else {}),
                                "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
                         if impl == "flashattn":
                             row["kernel"] = kernels[op]
@@ -313,6 +316,7 @@ def parse_args(argv=None):
     p.add_argument("--ops", default="fwd,bwd")
     p.add_argument("--tokens", type=int, default=None, help="batch * seqlen (default 16384; cpu 2048)")
     p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
+    p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")
     p.add_argument("--peers", default=None, help="comma list of peers to run (default all)")
     p.add_argument("--quick", action="store_true", help="a small subset of the grid")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")

@@ -44,8 +44,8 @@ struct FwdConfig<128> {  // 160 KiB
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
 };
 template <>
-struct FwdConfig<256> {  // 192 KiB
-  static constexpr int kBlockM = 128, kBlockN = 64, kStages = 2;
+struct FwdConfig<256> {  // 225 KiB
+  static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(false);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
 };

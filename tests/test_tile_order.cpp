@@ -1,0 +1,94 @@
+// Tests, CPU: the forward tile orders of src/cuda/common/tile_scheduler.cuh (pure index maps,
+// host-callable). Every order must visit each (q-block, head, batch) tile exactly once, the
+// causal order must run longest first within each section, and the persistent rounds must hand
+// every index to exactly one CTA.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "cuda/common/tile_scheduler.cuh"
+
+namespace {
+
+using fa::cuda::FwdTile;
+using fa::cuda::LongestFirstScheduler;
+
+struct Grid {
+  int m_blocks, heads, batch;
+  int tiles() const { return m_blocks * heads * batch; }
+  int index(const FwdTile& t) const { return (t.batch * heads + t.head) * m_blocks + t.m_block; }
+};
+
+const Grid kGrids[] = {{1, 1, 1}, {4, 16, 32}, {128, 16, 1}, {7, 3, 5}, {32, 16, 4}, {2, 1, 9}};
+
+void expect_in_range(const Grid& g, const FwdTile& t) {
+  ASSERT_GE(t.m_block, 0);
+  ASSERT_LT(t.m_block, g.m_blocks);
+  ASSERT_GE(t.head, 0);
+  ASSERT_LT(t.head, g.heads);
+  ASSERT_GE(t.batch, 0);
+  ASSERT_LT(t.batch, g.batch);
+}
+
+TEST(TileOrder, BatchHeadMajorVisitsEveryTileOnce) {
+  for (const Grid& g : kGrids) {
+    std::vector<int> seen(g.tiles(), 0);
+    for (int idx = 0; idx < g.tiles(); ++idx) {
+      const FwdTile t = LongestFirstScheduler::tile(idx, g.m_blocks, g.heads);
+      ASSERT_NO_FATAL_FAILURE(expect_in_range(g, t));
+      ++seen[g.index(t)];
+      if (idx % g.m_blocks != 0) {  // within a (batch, head): q-blocks descending
+        const FwdTile prev = LongestFirstScheduler::tile(idx - 1, g.m_blocks, g.heads);
+        EXPECT_EQ(t.m_block, prev.m_block - 1);
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);
+  }
+}
+
+TEST(TileOrder, ByLengthVisitsEveryTileOnceLongestFirstPerSection) {
+  for (const Grid& g : kGrids) {
+    const int bh = g.heads * g.batch;
+    for (int section_bh : {1, 2, 3, bh}) {
+      if (section_bh > bh) continue;
+      std::vector<int> seen(g.tiles(), 0);
+      const int per_section = section_bh * g.m_blocks;
+      for (int idx = 0; idx < g.tiles(); ++idx) {
+        const FwdTile t = LongestFirstScheduler::tile_by_length(idx, g.m_blocks, g.heads, g.batch, section_bh);
+        ASSERT_NO_FATAL_FAILURE(expect_in_range(g, t));
+        ++seen[g.index(t)];
+        // The (batch, head) pair lies in this index's section.
+        EXPECT_EQ((t.batch * g.heads + t.head) / section_bh, idx / per_section)
+            << "section_bh " << section_bh << " idx " << idx;
+        if (idx % per_section != 0) {  // within a section: q-blocks never increase
+          const FwdTile prev =
+              LongestFirstScheduler::tile_by_length(idx - 1, g.m_blocks, g.heads, g.batch, section_bh);
+          EXPECT_LE(t.m_block, prev.m_block) << "section_bh " << section_bh << " idx " << idx;
+        }
+      }
+      for (int n : seen) EXPECT_EQ(n, 1) << "section_bh " << section_bh;
+    }
+  }
+}
+
+TEST(TileOrder, PersistentRoundsHandOutEveryIndexOnce) {
+  for (int64_t tiles : {1, 5, 131, 132, 133, 2048, 4096 + 7}) {
+    for (int64_t ctas : {1, 7, 132}) {
+      const int64_t g = tiles < ctas ? tiles : ctas;  // the launch's grid
+      std::vector<int> seen(tiles, 0);
+      for (int64_t c = 0; c < g; ++c) {
+        for (int64_t r = 0;; ++r) {
+          const int64_t idx = LongestFirstScheduler::persistent_index(r, g, c);
+          if (idx >= tiles) break;
+          ASSERT_GE(idx, 0);
+          ++seen[idx];
+        }
+      }
+      for (int n : seen) EXPECT_EQ(n, 1) << tiles << " tiles, " << g << " CTAs";
+    }
+  }
+}
+
+}  // namespace

@@ -293,6 +293,7 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
     ok = false;
     msg = std::string(" ran on ") + (kn ? kn : "?") + ", expected " + c.expect_kernel;
   } else {
+    label += std::string(" [") + (kn ? kn : "?") + "]";  // the kernel that ran, for the logs
     if (c.own_workspace) {
       size_t bytes = 0;
       if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) std::exit(3);

@@ -11,6 +11,9 @@ using namespace gpucheck;
 
 namespace {
 
+// The kernel family a problem runs on, for the logs ("?" if the library names none).
+const char* kernel_or(const char* name) { return name != nullptr ? name : "?"; }
+
 std::mt19937_64 g_rng;
 int g_failures = 0;
 
@@ -261,9 +264,9 @@ bool run_case(const Case& c, bool quiet = false) {
     const double atol = ulp_at(c.dt, maxref);
     pass = !nan && canary && !lse_bad && err <= 2 * err_low + atol;
     if (!pass || !quiet)
-      std::printf("%s %s: err %.3g  2*err_low+atol %.3g  lse_rel %.2g%s%s%s\n", pass ? "ok  " : "FAIL",
-                  c.label().c_str(), err, 2 * err_low + atol, lse_err, nan ? " NaN" : "",
-                  canary ? "" : " CANARY", lse_bad ? " LSE" : "");
+      std::printf("%s %s [%s]: err %.3g  2*err_low+atol %.3g  lse_rel %.2g%s%s%s\n", pass ? "ok  " : "FAIL",
+                  c.label().c_str(), kernel_or(fa_fwd_kernel_name(&p)), err, 2 * err_low + atol, lse_err,
+                  nan ? " NaN" : "", canary ? "" : " CANARY", lse_bad ? " LSE" : "");
   }
   dq.release(), dk.release(), dv.release(), dout.release(), dlse.release();
   if (dcuq) {

@@ -6,7 +6,8 @@ timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3
 CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
 Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model width fixed
 (heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),
-bwd = 2.5 * fwd. Backward timings cover the backward only (autograd.grad on a kept graph).
+bwd = 2.5 * fwd, step = 3.5 * fwd. Backward timings cover the backward only (autograd.grad on a
+kept graph); a step is forward and backward together, as in training.
 
     PYTHONPATH=python python3 bench/bench_attn.py --device cuda --json out.json --plot out.png
     PYTHONPATH=python python3 bench/bench_attn.py --device cpu --quick
@@ -72,7 +73,7 @@ def flops(op, B, H, S, D, causal) -> float:
     f = 4.0 * B * H * S * S * D
     if causal:
         f /= 2
-    return f * (2.5 if op == "bwd" else 1.0)
+    return f * {"fwd": 1.0, "bwd": 2.5, "step": 3.5}[op]  # step: forward + backward
 
 
 def matmul_tflops(device, dtype=torch.bfloat16, n=8192) -> float:
@@ -86,7 +87,8 @@ def matmul_tflops(device, dtype=torch.bfloat16, n=8192) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Implementations. Each maker returns (fwd_fn, bwd_fn) over fresh tensors, or raises.
+# Implementations. Each maker returns (run, inputs): the forward over fresh tensors and the
+# tensors the gradients are taken for; or raises.
 
 
 def _bwd_of(run, inputs):
@@ -100,11 +102,25 @@ def _bwd_of(run, inputs):
     return bwd
 
 
-def make_flashattn(q, k, v, causal):
-    def run():
-        return flashattn.flash_attn_func(q, k, v, causal=causal)
+def _step_of(run, inputs):
+    """A training-step timer: forward and backward together, as a training step calls them."""
+    dout = torch.randn_like(run())
 
-    return run, (lambda: _bwd_of(run, (q, k, v)))
+    def step():
+        torch.autograd.grad(run(), inputs, dout)
+
+    return step
+
+
+def make_flashattn(q, k, v, causal, deterministic=False):
+    def run():
+        return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+
+    return run, (q, k, v)
+
+
+def make_flashattn_det(q, k, v, causal):
+    return make_flashattn(q, k, v, causal, deterministic=True)
 
 
 def _bhsd(q, k, v):
@@ -124,7 +140,7 @@ def make_sdpa(backend):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **gqa)
 
-        return run, (lambda: _bwd_of(run, (qh, kh, vh)))
+        return run, (qh, kh, vh)
 
     return maker
 
@@ -146,7 +162,7 @@ def make_flex(q, k, v, causal):
     def run():
         return _FLEX["fn"](qh, kh, vh, block_mask=mask)
 
-    return run, (lambda: _bwd_of(run, (qh, kh, vh)))
+    return run, (qh, kh, vh)
 
 
 def peers_for(device):
@@ -189,6 +205,8 @@ def run(args):
     device = args.device
     dtype = DTYPES[args.dtype]
     impls = {"flashattn": make_flashattn}
+    if args.deterministic:  # the deterministic backward, as one more column
+        impls["flashattn_det"] = make_flashattn_det
     peers = peers_for(device)
     if args.peers is not None:
         peers = {k: v for k, v in peers.items() if k in args.peers}
@@ -213,17 +231,20 @@ def run(args):
                            .requires_grad_() for h in (heads, heads_kv, heads_kv))
                 kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal),
                            "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal)}
+                kernels["step"] = kernels["fwd"] + "+" + kernels["bwd"]
                 ref_out = None
                 for impl, maker in impls.items():
                     try:
-                        fwd, bwd_maker = maker(q, k, v, causal)
+                        fwd, inputs = maker(q, k, v, causal)
                         out = fwd()
                         if device == "cuda":
                             torch.cuda.synchronize()
                         if impl == "flashattn":
                             ref_out = out.detach().float()
                         elif ref_out is not None:
-                            o = out.detach().float().transpose(1, 2)  # peers return BHSD
+                            o = out.detach().float()
+                            if not impl.startswith("flashattn"):
+                                o = o.transpose(1, 2)  # peers return BHSD
                             err = (o - ref_out).abs().max().item()
                             tol = 0.05 if dtype != torch.float32 else 1e-3
                             if not math.isfinite(err) or err > tol * max(1.0, ref_out.abs().max().item()):
@@ -233,7 +254,9 @@ def run(args):
                         if "fwd" in args.ops:
                             timed["fwd"] = time_ms(fwd, device)
                         if "bwd" in args.ops:
-                            timed["bwd"] = time_ms(bwd_maker(), device)
+                            timed["bwd"] = time_ms(_bwd_of(fwd, inputs), device)
+                        if "step" in args.ops:
+                            timed["step"] = time_ms(_step_of(fwd, inputs), device)
                     except Exception as e:  # a peer that cannot run a shape is left out
                         if impl == "flashattn":
                             raise
@@ -247,8 +270,10 @@ def run(args):
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
                                "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
-                        if impl == "flashattn":
+                        if impl.startswith("flashattn"):
                             row["kernel"] = kernels[op]
+                        if impl == "flashattn_det":
+                            row["deterministic"] = True
                         rows.append(row)
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
                           + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
@@ -313,7 +338,9 @@ def parse_args(argv=None):
     p.add_argument("--hdims", default=None, help="comma list (default 64,128,256; cpu 64,128)")
     p.add_argument("--seqlens", default=None, help="comma list (default 512..16384; cpu 256..2048)")
     p.add_argument("--causal", default="0,1", help="comma list of 0/1")
-    p.add_argument("--ops", default="fwd,bwd")
+    p.add_argument("--ops", default="fwd,bwd", help="comma list of fwd, bwd, step (forward + backward)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="also time flashattn with deterministic=True (column flashattn_det)")
     p.add_argument("--tokens", type=int, default=None, help="batch * seqlen (default 16384; cpu 2048)")
     p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
     p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")

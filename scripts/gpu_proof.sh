@@ -9,7 +9,8 @@
 #              shapes, forward and backward
 #   python     the pytest suite's GPU cases (the `gpu` marker)
 #   cli        flashattn info, check --device cuda, demo (with its memory chart)
-#   bench      bench/bench_attn.py on the ANCHORS grid against SDPA's FLASH and cuDNN backends
+#   bench      bench/bench_attn.py on the ANCHORS grid against SDPA's FLASH and cuDNN backends:
+#              forward, backward and training step (both), and the deterministic mode's speed
 # The programs of checks, sanitize, python and cli are independent and need no quiet GPU: they
 # run side by side. The benchmark runs alone, after them.
 set -uo pipefail
@@ -62,8 +63,8 @@ for s in $steps; do
       step cli_demo 200 "$BUILD/tools/flashattn" demo --plot "$OUT/demo-memory.png" ;;
     bench)
       wait  # alone on the GPU
-      step bench 420 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
-        --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
+      step bench 540 python3 bench/bench_attn.py --device cuda --peers sdpa_flash,sdpa_cudnn \
+        --ops fwd,bwd,step --deterministic --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
     *) echo "unknown step: $s"; echo "1 0" > "$LOGS/$s.rc" ;;
   esac
 done

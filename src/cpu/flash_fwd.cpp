@@ -78,6 +78,9 @@ void fwd_impl(const Problem& p) {
     const int64_t i0 = qb * kFwdBq;
     if (i0 >= s.sq) continue;
     const int64_t bq = s.sq - i0 < kFwdBq ? s.sq - i0 : kFwdBq;
+    // Columns of Sᵀ computed: the block's queries rounded up to whole 16-lane vectors (a short
+    // block, e.g. one decoding query, does not pay for the full kFwdBq).
+    const int64_t bqp = round_up(bq, kLanes);
     FwdBuffers& bf = bufs[size_t(this_thread())];
 
     const T* q = row_ptr<const T>(p, p.q, b, s.q_row0, i0, h);
@@ -114,7 +117,7 @@ void fwd_impl(const Problem& p) {
           bf.khi[size_t(r)] = std::clamp<int64_t>(bf.ke[size_t(r)] - j0, bf.klo[size_t(r)], bk);
         }
         // Padding queries: an empty range after the last query's, keeping both arrays monotone.
-        for (int64_t r = bq; r < kFwdBq; ++r) bf.klo[size_t(r)] = bf.khi[size_t(r)] = bf.khi[size_t(bq - 1)];
+        for (int64_t r = bq; r < bqp; ++r) bf.klo[size_t(r)] = bf.khi[size_t(r)] = bf.khi[size_t(bq - 1)];
         st_band = {Band::rows_by_col, bf.klo.data(), bf.khi.data()};
         pv_band = {Band::k_by_row, bf.klo.data(), bf.khi.data()};
       }
@@ -123,7 +126,7 @@ void fwd_impl(const Problem& p) {
       // are read in place, other types converted first.
       if constexpr (kPairs) {
         if (pairs)
-          tile_gemm_bf16(bk, kFwdBq, D, reinterpret_cast<const uint16_t*>(k + j0 * p.k.row_stride),
+          tile_gemm_bf16(bk, bqp, D, reinterpret_cast<const uint16_t*>(k + j0 * p.k.row_stride),
                          p.k.row_stride, bf.qp.data(), 2 * kFwdBq, bf.st.data(), kFwdBq, st_band);
       }
       if (!pairs) {
@@ -136,7 +139,7 @@ void fwd_impl(const Problem& p) {
           load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.k.data(), D);
           kf = bf.k.data();
         }
-        tile_gemm<Accum::store>(bk, kFwdBq, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq,
+        tile_gemm<Accum::store>(bk, bqp, D, kf, ldk, 1, bf.qt.data(), kFwdBq, bf.st.data(), kFwdBq,
                                 nullptr, st_band);
       }
       load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.v.data(), Dvp);
@@ -152,15 +155,15 @@ void fwd_impl(const Problem& p) {
       if (softcap) {
         // s' = c·log2(e)·tanh(s/c)
         for (int64_t j = 0; j < bk; ++j)
-          for (int64_t g = 0; g < kFwdBq; g += kLanes)
+          for (int64_t g = 0; g < bqp; g += kLanes)
             store(st + j * kFwdBq + g, cap * simd::tanh(load(st + j * kFwdBq + g) * cap_in));
       }
       if (!full) {
-        for (int64_t r = 0; r < kFwdBq; ++r) {
+        for (int64_t r = 0; r < bqp; ++r) {
           bf.lo[size_t(r)] = float(clamp_rel(bf.kb[size_t(r)] - j0, bk));
           bf.hi[size_t(r)] = float(clamp_rel(bf.ke[size_t(r)] - j0, bk));
         }
-        for (int64_t g = 0; g < kFwdBq; g += kLanes) {
+        for (int64_t g = 0; g < bqp; g += kLanes) {
           const V16 lo = load(&bf.lo[size_t(g)]), hi = load(&bf.hi[size_t(g)]);
           for (int64_t j = 0; j < bk; ++j) {
             float* sj = st + j * kFwdBq + g;
@@ -172,7 +175,7 @@ void fwd_impl(const Problem& p) {
       // Online softmax, 16 queries at a time (s' = f·S, f > 0):
       //   m_new = max(m_old, max_j s'_j);  alpha = 2^(m_old − m_new);  P_j = 2^(s'_j − m_new)
       //   l_new = alpha·l_old + Σ_j P_j
-      for (int64_t g = 0; g < kFwdBq; g += kLanes) {
+      for (int64_t g = 0; g < bqp; g += kLanes) {
         const V16 m_old = load(&bf.m[size_t(g)]);
         V16 smax = set1(-kInf);
         for (int64_t j = 0; j < bk; ++j) smax = max(smax, load(st + j * kFwdBq + g));

@@ -246,12 +246,14 @@ void load_tile(const T* src, int64_t src_row, int64_t rows, int64_t cols, float 
   }
 }
 
-// The transpose of the same tile: dst[c·ld + r], ld >= rows; rows rows..ld-1 are 0.
+// The transpose of the same tile: dst[c·ld + r], ld >= rows; rows rows..ld-1 are 0. With
+// group > 1 the rows are (query, head) pairs, head fastest: row r is src + (r / group)·src_row +
+// (r % group)·src_head (the query heads of a GQA group stacked in one block; also below).
 template <class T>
 void load_tile_transposed(const T* src, int64_t src_row, int64_t rows, int64_t cols, float scale,
-                          float* dst, int64_t ld) {
+                          float* dst, int64_t ld, int64_t group = 1, int64_t src_head = 0) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + r * src_row;
+    const T* s = src + (r / group) * src_row + (r % group) * src_head;
     for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = to_float(s[c]) * scale;
   }
   for (int64_t c = 0; c < cols; ++c)
@@ -262,10 +264,10 @@ void load_tile_transposed(const T* src, int64_t src_row, int64_t rows, int64_t c
 // transpose in column pairs: the pair (k, k+1) of row r goes to dst[(k/2)·2·ld + 2r]. Rows
 // rows..ld-1 are 0. A pair is one 32-bit word, so this is a 32-bit transpose.
 inline void pack_pairs_transposed(const bf16* src, int64_t src_row, int64_t rows, int64_t cols,
-                                  uint16_t* dst, int64_t ld) {
+                                  uint16_t* dst, int64_t ld, int64_t group = 1, int64_t src_head = 0) {
   const int64_t pairs = cols / 2;
   for (int64_t r = 0; r < rows; ++r) {
-    const bf16* s = src + r * src_row;
+    const bf16* s = src + (r / group) * src_row + (r % group) * src_head;
     for (int64_t kk = 0; kk < pairs; ++kk) std::memcpy(dst + 2 * (kk * ld + r), s + 2 * kk, 4);
   }
   for (int64_t kk = 0; kk < pairs; ++kk) std::memset(dst + 2 * (kk * ld + rows), 0, size_t(4 * (ld - rows)));
@@ -282,13 +284,13 @@ inline void prefetch_tile(const T* src, int64_t src_row, int64_t rows, int64_t c
 }
 
 // Writes rows × cols of a row-major fp32 buffer to a strided tile of T, each row times
-// row_scale[r] (nullptr: 1).
+// row_scale[r] (nullptr: 1); group / dst_head as for load_tile_transposed.
 template <class T>
 void store_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, const float* row_scale,
-                T* dst, int64_t dst_row) {
+                T* dst, int64_t dst_row, int64_t group = 1, int64_t dst_head = 0) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = src + r * ld;
-    T* d = dst + r * dst_row;
+    T* d = dst + (r / group) * dst_row + (r % group) * dst_head;
     const float f = row_scale ? row_scale[r] : 1.f;
     for (int64_t c = 0; c < cols; ++c) d[c] = from_float<T>(s[c] * f);
   }

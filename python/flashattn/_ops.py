@@ -372,9 +372,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, softcap, causal, wl, wr, det):
         out, lse = _run_fwd(q, k, v, None, None, 0, 0, scale, softcap, causal, wl, wr)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (scale, softcap, causal, wl, wr, det)
-        ctx.mark_non_differentiable(lse)
+        _fwd_setup_context(ctx, (q, k, v, scale, softcap, causal, wl, wr, det), (out, lse))
         return out, lse
 
     @staticmethod

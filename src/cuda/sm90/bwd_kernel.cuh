@@ -5,7 +5,9 @@
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
-//   dQ_accum += dS·K (wgmma from shared memory; fp32 red.global.add, one add per element).
+//   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
+// warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
+// (cp.reduce.async.bulk.tensor), in kv-block order in the deterministic mode.
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 
@@ -29,8 +31,10 @@
 
 namespace fa::cuda::sm90 {
 
-// Named barriers of the two consumer warpgroups (id 0 is __syncthreads).
-enum class BwdBarrier { ds_ready = 1, dq_done = 2 };
+// Named barriers (id 0 is __syncthreads): ds_ready between the two consumer warpgroups;
+// dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
+// consumers wait) around the shared dQ tile.
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3 };
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kIsBf16_>
 struct BwdKernel {
@@ -43,13 +47,15 @@ struct BwdKernel {
   static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
   static constexpr int kStages = kStages_;
 
-  // Warp roles: one producer warpgroup (warp 0 loads), two consumer warpgroups of 64 kv rows.
+  // Warp roles: one producer warpgroup (warp 0 loads, warp 1 writes dQ), two consumer
+  // warpgroups of 64 kv rows.
   static constexpr int kWarpGroupThreads = 128;
   static constexpr int kConsumerGroups = 2;
   static constexpr int kConsumerThreads = kWarpGroupThreads * kConsumerGroups;
   static constexpr int kThreads = kWarpGroupThreads * (1 + kConsumerGroups);
   static constexpr int kMinBlocks = 1;  // the register cap setmaxnreg needs at entry
   static constexpr int kConsumerWarps = 4 * kConsumerGroups;
+  static constexpr int kDqSyncThreads = kConsumerThreads + 32;  // dq_full / dq_empty: + the writer
   // 65536 registers per SM: 128·24 (producer) + 256·240 (consumers) = 64512 (as the forward).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -59,7 +65,9 @@ struct BwdKernel {
   // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row), every panel
   // 1024-byte aligned. K, V: kPanels panels of kBlockN rows. Each Q and dO stage: kPanels panels
   // of kBlockM rows. dS [q][kv] (2 buffers, step parity): kBlockN / 64 panels of kBlockM rows,
-  // panel w written by consumer warpgroup w. Then LSE·log2e and D per stage, then the mbarriers.
+  // panel w written by consumer warpgroup w. dQ fp32 [q][d]: kHeadDim / 32 panels of kBlockM
+  // rows of 32 floats (128 bytes), 128-byte swizzled (the dQ accumulator map's box). Then
+  // LSE·log2e and D per stage, then the mbarriers.
   static constexpr int kPanelCols = 64;
   static constexpr int kPanels = kHeadDim / kPanelCols;
   static constexpr int kRowBytes = kPanelCols * 2;  // 128
@@ -74,7 +82,11 @@ struct BwdKernel {
   static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
-  static constexpr int kOffLse = kOffDS + 2 * kDSBytes;
+  static constexpr int kDqPanelCols = 32;
+  static constexpr int kDqPanels = kHeadDim / kDqPanelCols;
+  static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
+  static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
+  static constexpr int kOffLse = kOffDQ + kDqPanels * kDqPanelBytes;
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
   static constexpr int kOffBars = kOffDsum + kStages * kBlockM * 4;
   static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[s], empty[s]
@@ -93,7 +105,7 @@ struct BwdKernel {
   static_assert(kBlockN == 64 * kConsumerGroups, "64 kv rows per consumer warpgroup");
   static_assert(kBlockM == 64 || kDqSplitRows, "q block of 64 or 128 rows");
   static_assert(kDqN % kPanelCols == 0, "dQ column slice of whole panels");
-  static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0, "alignment");
+  static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0 && kOffDQ % kAlign == 0, "alignment");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
@@ -124,6 +136,7 @@ struct BwdKernel {
 
   __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
                                                   const Steps& w);
+  __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, const Steps& w);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w);
 };
@@ -174,15 +187,17 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const 
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
     if (tid < 32 && w.steps > 0) producer(params, smem, bars, w);
+    if (tid >= 32 && tid < 64) dq_writer(params, smem, w);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     consumer(params, raw + pad, smem, bars, w);
   }
 }
 
-// warp:: scope (the producer warp). K and V once; then, per step, LSE·log2e and D by the 32
-// lanes (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there) and Q, dO
-// by TMA from lane 0. Every lane arrives on full[stage]; lane 0 also sets the byte count.
+// warp:: scope (the producer warp). K and V once; then, per step, Q and dO by TMA from lane 0
+// (which first sets the byte count) and, while they load, LSE·log2e and D by the 32 lanes
+// (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there). Every lane
+// arrives on full[stage].
 template <int D, int BN, int BM, int S, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Params& params, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
@@ -209,23 +224,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Pa
     // The consumers released this stage (parity of the previous round; a fresh barrier's
     // "previous phase" counts as complete).
     empty.wait(phase ^ 1);
-    float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
-    float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
-    const int64_t row0 = (int64_t(w.b) * p.heads_q + h) * sq;
-    for (int r = lane; r < kBlockM; r += 32) {
-      const int q = q0 + r;
-      float l2 = INFINITY, d = 0.f;
-      if (q < sq) {
-        // A row with no visible key has LSE = −inf: +inf here, so that P = 0, never NaN.
-        const float l = p.lse[row0 + q];
-        l2 = l == -INFINITY ? INFINITY : l * kLog2e;
-        d = p.dsum[row0 + q];
-      }
-      lse_s[r] = l2;
-      dsum_s[r] = d;
-    }
     if (lane == 0) {
-      full.arrive_expect_tx(2 * kQBytes);
+      full.expect_tx(2 * kQBytes);
       for (int c = 0; c < kPanels; ++c) {
         const int32_t coords[4] = {c * kPanelCols, q0, h, w.b};
         ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
@@ -235,10 +235,69 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Pa
                                           smem + kOffDO + stage * kQBytes + c * kQPanelBytes, &params.tm_do,
                                           coords, full.bar);
       }
-    } else {
-      full.arrive();
     }
+    float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
+    float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
+    const float* lse = p.lse + (int64_t(w.b) * p.heads_q + h) * sq;
+    const float* dsum = p.dsum + (int64_t(w.b) * p.heads_q + h) * sq;
+#pragma unroll
+    for (int i = 0; i < kBlockM / 32; ++i) {
+      const int r = lane + 32 * i;
+      const bool in = q0 + r < sq;
+      const float l = in ? lse[q0 + r] : -INFINITY;
+      // A row with no visible key has LSE = −inf: +inf here, so that P = 0, never NaN.
+      lse_s[r] = l == -INFINITY ? INFINITY : l * kLog2e;
+      dsum_s[r] = in ? dsum[q0 + r] : 0.f;
+    }
+    full.arrive();
   }
+}
+
+// warp:: scope (warp 1 of the producer warpgroup). Per step: wait for the consumers' dQ tile
+// (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows past
+// sq are not written) from lane 0, and hand the tile back (dq_empty) once read. Deterministic
+// mode: the tiles of one (query head, q block) are added in ascending kv-block order; lane 0
+// waits for the counter of the lower blocks, and releases it once its own addition is complete.
+template <int D, int BN, int BM, int S, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const Params& params, char* smem,
+                                                                       const Steps& w) {
+  namespace cp = ::cuda::ptx;
+  const sm80::BwdParams& p = params.prob;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  for (int s = 0; s < w.steps; ++s) {
+    const int h = w.hk * p.group + s / w.n_qb;
+    const int qb = w.qb_first + s % w.n_qb;
+    const int q0 = qb * kBlockM;
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+    if (lane == 0) {
+      int* lock = nullptr;
+      if (p.locks != nullptr) {
+        // The kv blocks that visit qb are contiguous from key_begin(q0) / kBlockN.
+        lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+        const int expected = w.kv_block - static_cast<int>(p.mask.key_begin(q0, sq, sk) / kBlockN);
+        while (ptx::ld_acquire_gpu(lock) < expected) {
+        }
+        cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
+      }
+      for (int c = 0; c < kDqPanels; ++c) {
+        const int32_t coords[4] = {c * kDqPanelCols, q0, w.b, h};
+        cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
+                                        smem + kOffDQ + c * kDqPanelBytes);
+      }
+      cp::cp_async_bulk_commit_group();
+      if (lock != nullptr) {
+        cp::cp_async_bulk_wait_group(cp::n32_t<0>{});  // the additions are complete in global memory
+        cp::fence_proxy_async(cp::space_global);
+        ptx::red_release_add_gpu(lock, 1);
+      } else {
+        cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
+      }
+    }
+    __syncwarp();
+    if (s + 1 < w.steps) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+  }
+  if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
 }
 
 // warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
@@ -407,21 +466,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
     }
     // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-
-    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
-    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
-    int* lock = nullptr;
-    if (p.locks != nullptr) {
-      lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-      if (group == 0 && wtid == 0) {
-        const int expected = w.kv_block - static_cast<int>(mask.key_begin(q0, sq, sk) / kBlockN);
-        while (ptx::ld_acquire_gpu(lock) < expected) {
-        }
-      }
-    }
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
 
-    // dQ_accum[q0 + dq_m0 .., dq_n0 ..] += dS·K   (A: dS K-major, k = kv over both panels;
+    // dQ[dq_m0 .., dq_n0 ..] = dS·K   (A: dS K-major, k = kv over both panels;
     // B: K rows are kv = the k dimension, D contiguous: MN-major, transpose bit)
     float acc_dq[kDqN / 2];
     ptx::warpgroup_fence_operand(acc_dq);
@@ -445,25 +492,27 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
     ptx::warpgroup_fence_operand(ds_flat);
     if (lane == 0) empty.arrive();  // this warp's reads of Q, dO, LSE, D of the stage are done
 
-    // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
+    // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
+    // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8.
+    if (s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
     {
-      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + int64_t(w.b) * sq) * p.head_dim;
+      char* dq_s = smem + kOffDQ;
 #pragma unroll
       for (int i = 0; i < kDqN / 8; ++i) {
         const int col = dq_n0 + 8 * i + 2 * t;
+        const int chunk = (col % kDqPanelCols) / 4;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int r = q0 + dq_m0 + 16 * warp + g + 8 * hh;
-          if (r < sq && col < p.head_dim)
-            ptx::red_add_f32x2(dq + int64_t(r) * p.head_dim + col, acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
+          const int row = dq_m0 + 16 * warp + g + 8 * hh;
+          *reinterpret_cast<float2*>(dq_s + (col / kDqPanelCols) * kDqPanelBytes + row * kRowBytes +
+                                     ((chunk ^ (row % 8)) << 4) + (col % 4) * 4) =
+              make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
         }
       }
     }
-    if (lock != nullptr) {
-      __threadfence();
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_done), kConsumerThreads);
-      if (group == 0 && wtid == 0) ptx::red_release_add_gpu(lock, 1);
-    }
+    // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
 
   // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores).

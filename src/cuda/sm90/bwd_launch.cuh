@@ -17,7 +17,8 @@ template <int kHeadDim, bool kIsBf16>
 using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
                                BwdConfig<kHeadDim>::kStages, kIsBf16>;
 
-// The four tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows).
+// The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
+// dQ accumulator's box of kBlockM rows).
 template <int kHeadDim, bool kIsBf16>
 std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
@@ -33,6 +34,8 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   if (why.empty())
     why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
+  if (why.empty())
+    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, p.batch, p.seqlen_q, p.heads_q, p.head_dim, Kernel::kBlockM);
   return why;
 }
 
@@ -59,6 +62,10 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
     why = bshd_map_limits(p.k, p.batch, p.seqlen_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   if (why.empty())
     why = bshd_map_limits(p.v, p.batch, p.seqlen_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  // The dQ accumulator's map: rows of head_dim floats (16-byte multiples, as head_dim % 8 == 0),
+  // one head of the accumulator below 2^40 bytes.
+  if (why.empty() && int64_t(p.batch) * p.seqlen_q * p.head_dim * 4 >= (int64_t{1} << 40))
+    why = "sm90 backward: one head of the dQ accumulator must be below 2^40 bytes";
   if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
   return why;
 }

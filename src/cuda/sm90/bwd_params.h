@@ -1,6 +1,6 @@
 // CUDA backend, sm90/: the parameter block of the Hopper backward main kernel (host and device).
 // The problem fields are sm80::BwdParams (launch/bwd.cu builds them once for either path; the
-// workspace, pre and post kernels are shared); the four TMA tensor maps are added by
+// workspace, pre and post kernels are shared); the five TMA tensor maps are added by
 // bwd_launch.cuh. Plain data only: no logic.
 #pragma once
 
@@ -18,6 +18,9 @@ struct BwdParams {
   CUtensorMap tm_do;  // box rows kBlockM
   CUtensorMap tm_k;   // box rows kBlockN
   CUtensorMap tm_v;   // box rows kBlockN
+  // The fp32 dQ accumulator {dim, row, batch, head}, box 32 floats x kBlockM rows, 128-byte
+  // swizzle: the dQ tiles are added into it by bulk tensor reductions.
+  CUtensorMap tm_dq;
 };
 
 }  // namespace fa::cuda::sm90

@@ -39,6 +39,11 @@ struct SmemBarrier {
     }
   }
   __device__ __forceinline__ void arrive() const { (void)::cuda::ptx::mbarrier_arrive(bar); }
+  // Adds `bytes` to the transaction count of the current phase without arriving.
+  __device__ __forceinline__ void expect_tx(uint32_t bytes) const {
+    ::cuda::ptx::mbarrier_expect_tx(::cuda::ptx::sem_relaxed, ::cuda::ptx::scope_cta, ::cuda::ptx::space_shared,
+                                    bar, bytes);
+  }
   __device__ __forceinline__ void arrive_expect_tx(uint32_t bytes) const {
     (void)::cuda::ptx::mbarrier_arrive_expect_tx(::cuda::ptx::sem_release, ::cuda::ptx::scope_cta,
                                                ::cuda::ptx::space_shared, bar, bytes);

@@ -75,4 +75,32 @@ inline std::string encode_bshd_map(CUtensorMap* map, bool is_bf16, const void* b
   return {};
 }
 
+// The backward's fp32 dQ accumulator, dense [heads, batch, rows, dim] (dim innermost, contiguous),
+// as a 4-D tiled map {dim, rows, batch, heads} for reductions into it: 128-byte swizzle, box =
+// 32 floats (128 bytes) x box_rows rows x 1 x 1; elements outside the tensor are not written.
+// Empty string on success, else the reason.
+inline std::string encode_dq_accum_map(CUtensorMap* map, float* base, int64_t batch, int64_t rows, int64_t heads,
+                                       int64_t dim, int box_rows) {
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (encode == nullptr) return "the driver has no cuTensorMapEncodeTiled";
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs a 16-byte aligned dQ accumulator";
+  if (dim % 4 != 0) return "TMA needs dQ accumulator rows of a multiple of 16 bytes (head dim a multiple of 4)";
+  const int64_t row_bytes = dim * 4, batch_bytes = rows * row_bytes, head_bytes = batch * batch_bytes;
+  if (head_bytes >= (int64_t{1} << 40)) return "TMA needs strides below 2^40 bytes";
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(rows > 0 ? rows : 1),
+                              static_cast<cuuint64_t>(batch > 0 ? batch : 1),
+                              static_cast<cuuint64_t>(heads > 0 ? heads : 1)};
+  // An extent-1 dimension gets a legal stride it never uses.
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_bytes),
+                                 static_cast<cuuint64_t>(batch_bytes > 0 ? batch_bytes : 16),
+                                 static_cast<cuuint64_t>(head_bytes > 0 ? head_bytes : 16)};
+  const cuuint32_t box[4] = {32, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")";
+  return {};
+}
+
 }  // namespace fa::cuda::sm90

@@ -71,6 +71,7 @@ sm80::FwdParams make_params(const Problem& p, int block_m) {
   f.cu_seqlens_q = p.cu_seqlens_q;
   f.cu_seqlens_k = p.cu_seqlens_k;
   f.total_q = p.total_q;
+  f.total_k = p.total_k;
   f.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
   return f;
 }

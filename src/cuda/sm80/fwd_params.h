@@ -43,6 +43,7 @@ struct FwdParams {
   const int32_t* cu_seqlens_q;  // varlen when non-null
   const int32_t* cu_seqlens_k;
   int64_t total_q;  // varlen: LSE row pitch per head
+  int64_t total_k;  // varlen: packed key rows (the sm90 tensor maps' extent)
 
   int num_m_blocks;  // ceil(seqlen_q / kBlockM)
 };

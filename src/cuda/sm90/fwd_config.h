@@ -21,6 +21,15 @@ namespace fa::cuda::sm90 {
 #define FA_SM90_PINGPONG(x) x
 #endif
 
+// Varlen (packed sequences, cu_seqlens) in the sm90 forward: written, compiled, not yet run on a
+// GPU, so off unless built with the compile definition FA_SM90_FWD_VARLEN=1 (declined problems
+// run on sm80). docs/PERF.md has the run that turns it on.
+#ifdef FA_SM90_FWD_VARLEN
+inline constexpr bool kSm90FwdVarlen = FA_SM90_FWD_VARLEN != 0;
+#else
+inline constexpr bool kSm90FwdVarlen = false;
+#endif
+
 // Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages,
 // kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the softmax) and kPingPong
 // (the two consumer warpgroups take turns issuing their GEMMs, so one's softmax runs under the

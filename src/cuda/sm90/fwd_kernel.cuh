@@ -50,7 +50,8 @@ struct SmemBarrier {
   }
 };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
+          bool kIsBf16_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -66,6 +67,9 @@ struct FwdKernel {
   // so the tensor cores run one warpgroup's GEMMs while the other does its softmax.
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kTurnBarrier = 1;  // ids 1 and 2 (0 is __syncthreads)
+  // Varlen: packed sequences (cu_seqlens), one instantiation of its own so that the dense
+  // kernels carry none of its per-tile lookups.
+  static constexpr bool kVarlen = kVarlen_;
 
   // Warp roles: one producer warpgroup, two consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -123,6 +127,9 @@ struct FwdKernel {
   struct TileWork {
     FwdTile tile;
     int q_stage;  // the Q buffer of this tile (set by the round loop)
+    int sq, sk;   // this batch's sequence lengths (varlen: from cu_seqlens)
+    int q_first;  // varlen: the sequence's first packed row of Q and O, and of K and V; else 0
+    int k_first;
     int m0;
     int nb_begin;
     int n_blocks;
@@ -137,9 +144,23 @@ struct FwdKernel {
     w.tile = LongestFirstScheduler::by_length(p.mask) ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch,
                                                                params.section_bh)
                        : LongestFirstScheduler::tile(idx, p.num_m_blocks, p.heads_q);
-    const int sq = p.seqlen_q;
-    const int sk = p.seqlen_k;
+    w.sq = p.seqlen_q;
+    w.sk = p.seqlen_k;
+    w.q_first = 0;
+    w.k_first = 0;
+    if constexpr (kVarlen) {
+      w.q_first = p.cu_seqlens_q[w.tile.batch];
+      w.sq = p.cu_seqlens_q[w.tile.batch + 1] - w.q_first;
+      w.k_first = p.cu_seqlens_k[w.tile.batch];
+      w.sk = p.cu_seqlens_k[w.tile.batch + 1] - w.k_first;
+    }
+    const int sq = w.sq;
+    const int sk = w.sk;
     w.m0 = w.tile.m_block * kBlockM;
+    if (kVarlen && w.m0 >= sq) {  // past this sequence: nothing to read, no row to store
+      w.nb_begin = w.n_blocks = w.full_lo = w.full_hi = 0;
+      return w;
+    }
     // Keys this q-block can see: from key_begin of its first row to key_end of its last.
     const int m_last = min(w.m0 + kBlockM, sq) - 1;
     const int64_t key_lo = p.mask.key_begin(w.m0, sq, sk);
@@ -200,8 +221,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -259,8 +280,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::operator(
 // One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
 // the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
 // over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -279,11 +300,11 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
     }
     sm.tile_slot[qs] = static_cast<int>(idx);
     const TileWork w = tile_work(params, static_cast<int>(idx));
-    const int batch = w.tile.batch;
+    const int batch = kVarlen ? 0 : w.tile.batch;  // varlen maps: one packed batch
     const int head_kv = w.tile.head / p.group;
     b.q_full(qs).arrive_expect_tx(kQBytes);
     for (int c = 0; c < kPanels; ++c) {
-      const int32_t coords[4] = {c * kPanelCols, w.m0, w.tile.head, batch};
+      const int32_t coords[4] = {c * kPanelCols, w.q_first + w.m0, w.tile.head, batch};
       ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
                                         sm.base + qs * kQBytes + c * kQPanelBytes, &params.tm_q, coords,
                                         b.q_full(qs).bar);
@@ -295,7 +316,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
       b.k_empty(stage).wait(phase ^ 1);
       b.k_full(stage).arrive_expect_tx(kKVBytes);
       for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, n0, head_kv, batch};
+        const int32_t coords[4] = {c * kPanelCols, w.k_first + n0, head_kv, batch};
         ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
                                           sm.base + kQStages * kQBytes + stage * kKVBytes + c * kKVPanelBytes,
                                           &params.tm_k, coords, b.k_full(stage).bar);
@@ -303,7 +324,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
       b.v_empty(stage).wait(phase ^ 1);
       b.v_full(stage).arrive_expect_tx(kKVBytes);
       for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, n0, head_kv, batch};
+        const int32_t coords[4] = {c * kPanelCols, w.k_first + n0, head_kv, batch};
         ::cuda::ptx::cp_async_bulk_tensor(
             ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
             sm.base + kQStages * kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
@@ -315,15 +336,15 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::producer(
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
                                                                                 int kv_base) {
   const sm80::FwdParams& p = params.prob;
-  const int sq = p.seqlen_q;
-  const int sk = p.seqlen_k;
+  const int sq = w.sq;
+  const int sk = w.sk;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int warp = tid / 32;  // within the warpgroup: rows 16·warp .. 16·warp + 15
   const int lane = tid % 32;
@@ -414,16 +435,17 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer(
   store_tile(p, group, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::store_tile(const sm80::FwdParams& p,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store_tile(const sm80::FwdParams& p,
                                                                                   int group, const TileWork& w,
                                                                                   OnlineSoftmax<1>& softmax,
                                                                                   float (&o3)[1][kOT][4]) {
-  const int sq = p.seqlen_q;
+  const int sq = w.sq;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int lane = tid % 32;
   const int t = lane % 4;
   const int row0 = w.m0 + 64 * group + 16 * (tid / 32) + lane / 4;
+  constexpr bool varlen = kVarlen;
   // O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
   float inv_l[1][2];
   float lse[1][2];
@@ -433,14 +455,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::store_til
   const int64_t batch = w.tile.batch;
   const int head = w.tile.head;
   if (p.lse != nullptr && t == 0) {
-    float* lse_row = p.lse + (batch * p.heads_q + head) * static_cast<int64_t>(sq);
+    float* lse_row = p.lse + (varlen ? head * p.total_q + w.q_first
+                                     : (batch * p.heads_q + head) * static_cast<int64_t>(p.seqlen_q));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
       if (row < sq) lse_row[row] = lse[0][h];
     }
   }
-  T* o = static_cast<T*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride;
+  T* o = static_cast<T*>(p.o) + (varlen ? w.q_first * p.o_row_stride : batch * p.o_batch_stride) +
+         head * p.o_head_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -495,12 +519,12 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
 // P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
 // operand of the P·V in flight, kept live until it lands) and O.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Bf16>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base) {
   const sm80::FwdParams& p = params.prob;
-  const int sq = p.seqlen_q;
-  const int sk = p.seqlen_k;
+  const int sq = w.sq;
+  const int sk = w.sk;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int warp = tid / 32;  // within the warpgroup: rows 16·warp .. 16·warp + 15
   const int lane = tid % 32;

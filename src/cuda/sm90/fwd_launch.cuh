@@ -15,10 +15,19 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kVarlen = false>
 using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
                                FwdConfig<kHeadDim>::kStages, FwdConfig<kHeadDim>::kOverlap,
-                               FwdConfig<kHeadDim>::kPingPong, kIsBf16>;
+                               FwdConfig<kHeadDim>::kPingPong, kVarlen, kIsBf16>;
+
+// The tensor maps' batch and row extents: a varlen problem is one packed batch of total rows.
+struct MapExtents {
+  int64_t batch, rows_q, rows_k;
+};
+inline MapExtents map_extents(const sm80::FwdParams& p) {
+  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
+  return {p.batch, p.seqlen_q, p.seqlen_k};
+}
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 template <int kHeadDim, bool kIsBf16>
@@ -31,13 +40,14 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   const int64_t bh_count = int64_t{p.batch} * p.heads_q;  // at most the whole grid
   const int64_t per_section = std::min(bh_count, (int64_t{24} << 20) / std::max<int64_t>(kv_bytes, 1));
   out->section_bh = static_cast<int>(std::max<int64_t>(per_section, 1));
-  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+  const MapExtents e = map_extents(p);
+  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, e.batch, e.rows_q, p.heads_q, p.head_dim,
                                     p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
   if (why.empty())
-    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, e.batch, e.rows_k, p.heads_kv, p.head_dim,
                           p.k_batch_stride, p.k_row_stride, p.k_head_stride, Kernel::kBlockN);
   if (why.empty())
-    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
+    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, e.batch, e.rows_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
   return why;
 }
@@ -45,7 +55,7 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
 template <int kHeadDim, bool kIsBf16>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
-  if (p.cu_seqlens_q != nullptr) return "sm90 forward: varlen not implemented";
+  if (p.cu_seqlens_q != nullptr && !kSm90FwdVarlen) return "sm90 forward: varlen not enabled in this build";
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -58,14 +68,24 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
     return "batch · heads · ceil(seqlen_q / " + std::to_string(Kernel::kBlockM) + ") exceeds 2^31 - 1 CTAs";
   // What the tensor maps need (checked here so that fwd_launch, which encodes them, only fails
   // for reasons the driver alone knows).
-  std::string why = bshd_map_limits(p.q, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
+  const MapExtents e = map_extents(p);
+  std::string why = bshd_map_limits(p.q, e.batch, e.rows_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
                                     p.q_head_stride);
   if (why.empty())
-    why = bshd_map_limits(p.k, p.batch, p.seqlen_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+    why = bshd_map_limits(p.k, e.batch, e.rows_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   if (why.empty())
-    why = bshd_map_limits(p.v, p.batch, p.seqlen_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+    why = bshd_map_limits(p.v, e.batch, e.rows_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
   return why;
+}
+
+// One launch of kernel class K on its persistent grid; checked.
+template <class K>
+void launch_kernel(const FwdParams& full, cudaStream_t stream) {
+  const int smem = K::smem_bytes();
+  set_smem_limit_once<K>(smem);
+  kernel_entry<K><<<K::grid(full, multiprocessor_count()), K::block(), smem, stream>>>(full);
+  check_launch("sm90 forward");
 }
 
 template <int kHeadDim, bool kIsBf16>
@@ -82,11 +102,10 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
     full.tile_counter = static_cast<int*>(counter->get());
     FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, sizeof(int), stream));
   }
-  const auto entry = &kernel_entry<Kernel>;
-  const int smem = Kernel::smem_bytes();
-  set_smem_limit_once<Kernel>(smem);
-  entry<<<Kernel::grid(full, multiprocessor_count()), Kernel::block(), smem, stream>>>(full);
-  check_launch("sm90 forward");
+  if constexpr (kSm90FwdVarlen) {
+    if (p.cu_seqlens_q != nullptr) return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, true>>(full, stream);
+  }
+  launch_kernel<Kernel>(full, stream);
 }
 
 }  // namespace fa::cuda::sm90

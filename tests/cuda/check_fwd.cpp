@@ -16,6 +16,8 @@ const char* kernel_or(const char* name) { return name != nullptr ? name : "?"; }
 
 std::mt19937_64 g_rng;
 int g_failures = 0;
+// Cases run per (dense / varlen, kernel), printed by the correct mode: proof of which path ran.
+std::map<std::string, int> g_kernels;
 
 enum class Layout { bshd, bhsd, padded };
 const char* layout_name(Layout l) { return l == Layout::bshd ? "bshd" : l == Layout::bhsd ? "bhsd" : "padded"; }
@@ -262,6 +264,7 @@ bool run_case(const Case& c, bool quiet = false) {
       if (e > 1e-4 * std::max(1.0, std::fabs(static_cast<double>(rf)))) lse_bad = true;
     }
     const double atol = ulp_at(c.dt, maxref);
+    ++g_kernels[std::string(c.varlen ? "varlen " : "dense ") + kernel_or(fa_fwd_kernel_name(&p))];
     pass = !nan && canary && !lse_bad && err <= 2 * err_low + atol;
     if (!pass || !quiet)
       std::printf("%s %s [%s]: err %.3g  2*err_low+atol %.3g  lse_rel %.2g%s%s%s\n", pass ? "ok  " : "FAIL",
@@ -320,6 +323,7 @@ void mode_correct(const std::string& shapes_file) {
     }
   }
   std::printf("correct: %d cases, %d failures\n", n, g_failures);
+  for (const auto& [name, count] : g_kernels) std::printf("  %s: %d cases\n", name.c_str(), count);
 }
 
 // Same inputs 100 times with B >= 60: O and LSE must be bitwise equal every time.

@@ -22,8 +22,12 @@ namespace fa::cuda {
 enum class Direction { fwd, bwd };
 
 // What the sm90 rows decline, and dispatch then hands to the sm80 row of the same head dim.
-inline constexpr const char* kSm90Declines =
-    "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
+#if defined(FA_SM90_FWD_VARLEN) && !FA_SM90_FWD_VARLEN
+inline constexpr const char* kSm90FwdDeclines = "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
+#else
+inline constexpr const char* kSm90FwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
+#endif
+inline constexpr const char* kSm90BwdDeclines = "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
 
 struct FwdKernelRow {
   const char* family;  // fwd_kernel_name(): "sm80", "sm90"
@@ -45,9 +49,9 @@ struct FwdKernelRow {
 
 // Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
 #define FA_SM90_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>, kSm90Declines,          \
+  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>, kSm90FwdDeclines,          \
                &sm90::fwd_can_implement<D, true>, &sm90::fwd_launch<D, true>},                 \
-      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>, kSm90Declines,       \
+      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>, kSm90FwdDeclines,       \
                    &sm90::fwd_can_implement<D, false>, &sm90::fwd_launch<D, false>},
 
 // Forward rows, ascending head dim within each family; dispatch takes the first row that runs
@@ -101,9 +105,9 @@ struct BwdKernelRow {
 // (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
 #define FA_SM90_BWD_ROWS(D)                                                                    \
   BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>, \
-               kSm90Declines, &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>}, \
+               kSm90BwdDeclines, &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>}, \
       BwdKernelRow{"sm90", 90, 90, true, Dtype::f16, D, sm90::kBwdBlockN<D>,                   \
-                   sm90::kBwdBlockM<D>, kSm90Declines, &sm90::bwd_can_implement<D, false>,  \
+                   sm90::kBwdBlockM<D>, kSm90BwdDeclines, &sm90::bwd_can_implement<D, false>,  \
                    &sm90::bwd_launch<D, false>},
 
 // Backward rows (main kernel; pre/post are shared), ascending head dim within each family;

@@ -21,13 +21,13 @@ namespace fa::cuda::sm90 {
 #define FA_SM90_PINGPONG(x) x
 #endif
 
-// Varlen (packed sequences, cu_seqlens) in the sm90 forward: written, compiled, not yet run on a
-// GPU, so off unless built with the compile definition FA_SM90_FWD_VARLEN=1 (declined problems
-// run on sm80). docs/PERF.md has the run that turns it on.
+// Varlen (packed sequences, cu_seqlens) in the sm90 forward, its own kernel instantiation (the
+// dense kernels are untouched). On by default; building with FA_SM90_FWD_VARLEN=0 sends varlen
+// problems to sm80 (for timing one against the other).
 #ifdef FA_SM90_FWD_VARLEN
 inline constexpr bool kSm90FwdVarlen = FA_SM90_FWD_VARLEN != 0;
 #else
-inline constexpr bool kSm90FwdVarlen = false;
+inline constexpr bool kSm90FwdVarlen = true;
 #endif
 
 // Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages,

@@ -36,7 +36,7 @@ namespace fa::cuda::sm90 {
 // consumers wait) around the shared dQ tile.
 enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3 };
 
-template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
   using Params = BwdParams;
   using T = typename Storage<kIsBf16_>::type;
@@ -46,6 +46,10 @@ struct BwdKernel {
   static constexpr int kBlockN = kBlockN_;    // kv rows per CTA (stationary)
   static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
   static constexpr int kStages = kStages_;
+  // The dK GEMM of step s runs on under the dQ store and step s + 1's Sᵀ/dPᵀ GEMMs (waited
+  // there), else it is waited at the end of step s (when Sᵀ, dPᵀ and the dSᵀ fragments do not
+  // fit beside dK and dV in the registers).
+  static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
 
   // Warp roles: one producer warpgroup (warp 0 loads, warp 1 writes dQ), two consumer
   // warpgroups of 64 kv rows.
@@ -141,8 +145,8 @@ struct BwdKernel {
                                                   uint64_t* bars, const Steps& w);
 };
 
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(const Params& params,
                                                                         char* smem_raw) const {
   const sm80::BwdParams& p = params.prob;
   Steps w;
@@ -198,8 +202,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const 
 // (which first sets the byte count) and, while they load, LSE·log2e and D by the 32 lanes
 // (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there). Every lane
 // arrives on full[stage].
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(const Params& params, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -258,8 +262,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Pa
 // sq are not written) from lane 0, and hand the tile back (dq_empty) once read. Deterministic
 // mode: the tiles of one (query head, q block) are added in ascending kv-block order; lane 0
 // waits for the counter of the lower blocks, and releases it once its own addition is complete.
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
                                                                        const Steps& w) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
@@ -302,8 +306,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const P
 
 // warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
 // warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(const Params& params,
                                                                       uint32_t smem_base, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
@@ -317,10 +321,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
   const int t = lane % 4;
   const int r0 = 64 * group + 16 * warp + g;  // block-local kv row of d[4i], d[4i+1]
 
+  // dK starts from its first GEMM's zero-accumulate flag, never from register moves: its last
+  // GEMM of a step runs on across the loop's back edge, and ptxas serialises every wgmma when
+  // ordinary instructions define an in-flight accumulator on some path into the loop.
   float acc_dk[kDT * 4];
   float acc_dv[kDT * 4];
 #pragma unroll
-  for (int i = 0; i < kDT * 4; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+  for (int i = 0; i < kDT * 4; ++i) acc_dv[i] = 0.f;
 
   // This warpgroup's 64 kv rows of K and V in every panel (K-major A operand).
   const uint32_t k_wg = smem_base + kOffK + 64 * group * kRowBytes;
@@ -330,13 +337,17 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
   const int dq_n0 = kDqSplitRows ? 0 : kDqN * group;
   if (w.steps > 0) SmemBarrier{bars}.wait(0);
 
+  // dSᵀ as A fragments: the dK GEMM of step s reads them until step s + 1 waits for it.
+  uint32_t ds_frag[kKT][4];
+  auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
+
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % kStages;
     const uint32_t phase = (s / kStages) & 1;
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
-    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
+    const SmemBarrier full{bars + 1 + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
@@ -363,6 +374,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
                                                  ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
+    if constexpr (kDkAcrossSteps) {
+      // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
+      // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
+      ptx::warpgroup_wait<2>();
+      ptx::warpgroup_fence_operand(acc_dk);
+      ptx::warpgroup_fence_operand(ds_flat);
+      if (s > 0 && lane == 0) SmemBarrier{bars + 1 + kStages + (s - 1) % kStages}.arrive();
+    }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
 
@@ -419,7 +438,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
 
     // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kKT][4];
-    uint32_t ds_frag[kKT][4];
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
 #pragma unroll
@@ -429,31 +447,23 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
       }
     }
     auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
-    auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 
-    // dV += Pᵀ·dO, dK += dSᵀ·Q   (dO, Q rows are q = the k dimension, D contiguous: MN-major,
-    // transpose bit; leading offset = bytes between 64-column panels; k16 step = 16 rows)
+    // dV += Pᵀ·dO   (dO rows are q = the k dimension, D contiguous: MN-major, transpose bit;
+    // leading offset = bytes between 64-column panels; k16 step = 16 rows)
     ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
     ptx::warpgroup_fence_operand(p_flat);
-    ptx::warpgroup_fence_operand(ds_flat);
     ptx::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
           acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
     }
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) {
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
-    }
     ptx::warpgroup_commit();
 
     // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
     // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
-    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so its dQ GEMM
-    // of step s − 2 has completed.
+    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so it had waited
+    // for its dQ GEMM of step s − 2.
     {
       const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
       const int j = lane / 8;
@@ -484,38 +494,57 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
       }
     }
     ptx::warpgroup_commit();
-    ptx::warpgroup_wait<0>();  // dV, dK and dQ of this step landed
-    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_wait<1>();  // dV landed (p_frag free); dQ runs on
     ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
     ptx::warpgroup_fence_operand(p_flat);
+
+    // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step.
+    ptx::warpgroup_fence_operand(acc_dk);
     ptx::warpgroup_fence_operand(ds_flat);
-    if (lane == 0) empty.arrive();  // this warp's reads of Q, dO, LSE, D of the stage are done
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024),
+          s > 0 || kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
+    ptx::warpgroup_fence_operand(acc_dq);
+    if constexpr (!kDkAcrossSteps) {
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(acc_dk);
+      ptx::warpgroup_fence_operand(ds_flat);
+      if (lane == 0) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // Q, dO, LSE, D read
+    }
 
     // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
-    // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8.
+    // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8. This
+    // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 is a multiple of 32): chunk
+    // 2(i % 4) + t / 2 becomes (2(i % 4)) ^ (t / 2 ^ g), a constant XORed into one register.
     if (s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
     {
-      char* dq_s = smem + kOffDQ;
+      const int swz = (t / 2) ^ g;
+      char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +
+                     (t % 2) * 8;
 #pragma unroll
       for (int i = 0; i < kDqN / 8; ++i) {
-        const int col = dq_n0 + 8 * i + 2 * t;
-        const int chunk = (col % kDqPanelCols) / 4;
+        char* dst = dq_row + (i / 4) * kDqPanelBytes + ((swz ^ (2 * (i % 4))) << 4);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int row = dq_m0 + 16 * warp + g + 8 * hh;
-          *reinterpret_cast<float2*>(dq_s + (col / kDqPanelCols) * kDqPanelBytes + row * kRowBytes +
-                                     ((chunk ^ (row % 8)) << 4) + (col % 4) * 4) =
-              make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
-        }
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) = make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
       }
     }
     // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
+  ptx::warpgroup_wait<0>();  // the last step's dK (its stage is never reused: no release)
+  ptx::warpgroup_fence_operand(acc_dk);
+  ptx::warpgroup_fence_operand(ds_flat);
 
-  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores).
+  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
+  // zeros for a block no query sees (no step: acc_dk never written).
   T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
   T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
@@ -529,7 +558,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
       const int col = 8 * i + 2 * t;
       if (col < p.head_dim)
         *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale);
+            w.steps > 0 ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale)
+                        : 0u;
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
             pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);

@@ -15,7 +15,7 @@ namespace fa::cuda::sm90 {
 
 template <int kHeadDim, bool kIsBf16>
 using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
-                               BwdConfig<kHeadDim>::kStages, kIsBf16>;
+                               BwdConfig<kHeadDim>::kStages, BwdConfig<kHeadDim>::kDkAcrossSteps, kIsBf16>;
 
 // The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
 // dQ accumulator's box of kBlockM rows).

@@ -50,8 +50,9 @@ for s in $steps; do
     sanitize)
       for tool in memcheck racecheck synccheck initcheck; do
         step "sanitize_fwd_$tool" 300 compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_fwd" sanitize
-        # len17 and q1_k17 run on the sm90 backward (head dims 64, 128), d_lt_dv and d256_dv8 on sm80
-        FA_CHECK_SHAPE=len17,q1_k17,d_lt_dv,d256_dv8 step "sanitize_bwd_$tool" 300 \
+        # len17, q1_k17 and d200_s33 run on the sm90 backward (head dims 64, 128, 256: dense),
+        # d_lt_dv and d256_dv8 on sm80
+        FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8 step "sanitize_bwd_$tool" 300 \
           compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_bwd" small
       done ;;
     python)

@@ -101,7 +101,7 @@ struct BwdKernelRow {
                    sm80::kBwdBlockM<D>, "", &sm80::bwd_can_implement<D, false>,                   \
                    &sm80::bwd_launch<D, false>},
 
-// Hopper rows (FA_SM90_BWD builds, head dims 64 and 128): they decline what they do not run
+// Hopper rows (FA_SM90_BWD builds, head dims 64, 128 and 256): they decline what they do not run
 // (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
 #define FA_SM90_BWD_ROWS(D)                                                                    \
   BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>, \
@@ -119,6 +119,9 @@ inline const BwdKernelRow kBwdKernels[] = {
 #endif
 #if defined(FA_SM90_BWD_HDIM_128)
     FA_SM90_BWD_ROWS(128)
+#endif
+#if defined(FA_SM90_BWD_HDIM_256)
+    FA_SM90_BWD_ROWS(256)
 #endif
 #endif
 #if defined(FA_CUDA_HDIM_64)

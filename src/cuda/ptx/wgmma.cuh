@@ -65,12 +65,37 @@ __device__ __forceinline__ void warpgroup_fence_operand(uint32_t (&d)[kN]) {
 //   d[4i+2], d[4i+3] at (row 16w + g + 8, cols 8i + 2t, 8i + 2t + 1)
 // A from registers (4 x 32-bit, two 16-bit elements each), the mma.sync m16n8k16 A layout:
 //   a0 (16w + g, 2t..2t+1)  a1 (16w + g + 8, 2t..)  a2 (16w + g, 2t+8..)  a3 (16w + g + 8, 2t+8..)
-// scale-d = 0 writes D = A·B, 1 accumulates D += A·B. tnsp-b = 1 reads B MN-major.
+// scale-d = 0 writes D = A·B, 1 accumulates D += A·B. tnsp-b = 1 reads B MN-major; tnsp-a = 1
+// (shared-memory A only) reads A MN-major (M contiguous), with the MN-major descriptor.
 
+
+// wgmma.mma_async.sync.aligned.m64n32k16.f32.{bf16,f16}.{bf16,f16}
+//     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
+template <bool kIsBf16, int kTransB, int kTransA = 0>
+__device__ __forceinline__ void warpgroup_mma_m64n32k16_ss(float (&d)[16], uint64_t desc_a,
+                                                          uint64_t desc_b, int accumulate) {
+  if constexpr (kIsBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, %20, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, %20, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  }
+}
 
 // wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
-template <bool kIsBf16, int kTransB>
+template <bool kIsBf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void warpgroup_mma_m64n64k16_ss(float (&d)[32], uint64_t desc_a,
                                                           uint64_t desc_b, int accumulate) {
   if constexpr (kIsBf16) {
@@ -79,28 +104,28 @@ __device__ __forceinline__ void warpgroup_mma_m64n64k16_ss(float (&d)[32], uint6
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, %35;\n}\n"
+        "%32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
           "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
           "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
           "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, %35;\n}\n"
+        "%32, %33, p, 1, 1, %36, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
           "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
           "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
           "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
 }
 
@@ -142,7 +167,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n64k16_rs(float (&d)[32], const
 
 // wgmma.mma_async.sync.aligned.m64n80k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
-template <bool kIsBf16, int kTransB>
+template <bool kIsBf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void warpgroup_mma_m64n80k16_ss(float (&d)[40], uint64_t desc_a,
                                                           uint64_t desc_b, int accumulate) {
   if constexpr (kIsBf16) {
@@ -152,7 +177,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n80k16_ss(float (&d)[40], uint6
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
         "%37, %38, %39}, "
-        "%40, %41, p, 1, 1, 0, %43;\n}\n"
+        "%40, %41, p, 1, 1, %44, %43;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -160,7 +185,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n80k16_ss(float (&d)[40], uint6
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
           "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
           "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
@@ -168,7 +193,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n80k16_ss(float (&d)[40], uint6
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
         "%37, %38, %39}, "
-        "%40, %41, p, 1, 1, 0, %43;\n}\n"
+        "%40, %41, p, 1, 1, %44, %43;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -176,13 +201,13 @@ __device__ __forceinline__ void warpgroup_mma_m64n80k16_ss(float (&d)[40], uint6
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
           "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
           "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
 }
 
 // wgmma.mma_async.sync.aligned.m64n128k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
-template <bool kIsBf16, int kTransB>
+template <bool kIsBf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void warpgroup_mma_m64n128k16_ss(float (&d)[64], uint64_t desc_a,
                                                           uint64_t desc_b, int accumulate) {
   if constexpr (kIsBf16) {
@@ -193,7 +218,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n128k16_ss(float (&d)[64], uint
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
         "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
         "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        "%64, %65, p, 1, 1, %68, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -205,7 +230,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n128k16_ss(float (&d)[64], uint
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
           "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
           "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -214,7 +239,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n128k16_ss(float (&d)[64], uint
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
         "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
         "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        "%64, %65, p, 1, 1, %68, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -226,7 +251,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n128k16_ss(float (&d)[64], uint
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
           "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
           "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
 }
 
@@ -282,7 +307,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n128k16_rs(float (&d)[64], cons
 
 // wgmma.mma_async.sync.aligned.m64n256k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
-template <bool kIsBf16, int kTransB>
+template <bool kIsBf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void warpgroup_mma_m64n256k16_ss(float (&d)[128], uint64_t desc_a,
                                                           uint64_t desc_b, int accumulate) {
   if constexpr (kIsBf16) {
@@ -297,7 +322,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n256k16_ss(float (&d)[128], uin
         "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "
         "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
         "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, %131;\n}\n"
+        "%128, %129, p, 1, 1, %132, %131;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -320,7 +345,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n256k16_ss(float (&d)[128], uin
           "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
           "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
           "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -333,7 +358,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n256k16_ss(float (&d)[128], uin
         "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "
         "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
         "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, %131;\n}\n"
+        "%128, %129, p, 1, 1, %132, %131;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
           "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -356,7 +381,7 @@ __device__ __forceinline__ void warpgroup_mma_m64n256k16_ss(float (&d)[128], uin
           "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
           "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
           "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
   }
 }
 
@@ -441,19 +466,21 @@ __device__ __forceinline__ void warpgroup_mma_m64n256k16_rs(float (&d)[128], con
 }
 
 // Dispatch on N (the instruction's n extent): D (64 x N) (+)= A (64 x 16) · B (16 x N).
-template <int kN, bool kIsBf16, int kTransB>
+template <int kN, bool kIsBf16, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void warpgroup_mma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
                                                  int accumulate) {
-  if constexpr (kN == 64) {
-    warpgroup_mma_m64n64k16_ss<kIsBf16, kTransB>(d, desc_a, desc_b, accumulate);
+  if constexpr (kN == 32) {
+    warpgroup_mma_m64n32k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
+  } else if constexpr (kN == 64) {
+    warpgroup_mma_m64n64k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 80) {
-    warpgroup_mma_m64n80k16_ss<kIsBf16, kTransB>(d, desc_a, desc_b, accumulate);
+    warpgroup_mma_m64n80k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 128) {
-    warpgroup_mma_m64n128k16_ss<kIsBf16, kTransB>(d, desc_a, desc_b, accumulate);
+    warpgroup_mma_m64n128k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 256) {
-    warpgroup_mma_m64n256k16_ss<kIsBf16, kTransB>(d, desc_a, desc_b, accumulate);
+    warpgroup_mma_m64n256k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(kN == 64 || kN == 80 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
+    static_assert(kN == 32 || kN == 64 || kN == 80 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
   }
 }
 

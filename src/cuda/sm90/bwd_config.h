@@ -19,7 +19,8 @@ namespace fa::cuda::sm90 {
 // D 128, BM 64; at D 64, BM 128 ptxas serialises the wgmma for want of registers. Shared
 // memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + BM·D·4
 // (the fp32 dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128; BM 128
-// at D 64, 64 at D 128). D 256 needs 256 fp32 of dK+dV per thread: served by sm80.
+// at D 64, 64 at D 128). D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64,
+// the two warpgroups halve the head dim (BwdKernel::kSplitD).
 template <int kHeadDim>
 struct BwdConfig;
 template <>
@@ -31,6 +32,12 @@ template <>
 struct BwdConfig<128> {  // 194 KiB (198,696 B)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = true;
+};
+
+template <>
+struct BwdConfig<256> {  // 226 KiB (231,464 B)
+  static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
+  static constexpr bool kDkAcrossSteps = false;
 };
 
 template <int kHeadDim>

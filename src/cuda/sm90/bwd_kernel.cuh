@@ -34,7 +34,9 @@ namespace fa::cuda::sm90 {
 // Named barriers (id 0 is __syncthreads): ds_ready between the two consumer warpgroups;
 // dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
 // consumers wait) around the shared dQ tile.
-enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3 };
+// Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ, dq_done after
+// their dQ reductions (deterministic mode).
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, dq_done = 4 };
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
@@ -50,6 +52,12 @@ struct BwdKernel {
   // there), else it is waited at the end of step s (when Sᵀ, dPᵀ and the dSᵀ fragments do not
   // fit beside dK and dV in the registers).
   static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
+  // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
+  // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
+  // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs; dQ
+  // is added by red.global from the registers (no room for a shared fp32 tile beside two
+  // Q/dO stages). consumer_split_d.
+  static constexpr bool kSplitD = kBlockN_ == 64;
 
   // Warp roles: one producer warpgroup (warp 0 loads, warp 1 writes dQ), two consumer
   // warpgroups of 64 kv rows.
@@ -80,7 +88,8 @@ struct BwdKernel {
   static constexpr int kQPanelBytes = kBlockM * kRowBytes;
   static constexpr int kQBytes = kPanels * kQPanelBytes;
   static constexpr int kDSPanelBytes = kBlockM * kRowBytes;
-  static constexpr int kDSBytes = (kBlockN / kPanelCols) * kDSPanelBytes;
+  // Split-D: Pᵀ then dSᵀ [kv][q] (one panel of kBlockN rows each) per buffer.
+  static constexpr int kDSBytes = kSplitD ? 2 * kBlockN * kRowBytes : (kBlockN / kPanelCols) * kDSPanelBytes;
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
@@ -90,7 +99,7 @@ struct BwdKernel {
   static constexpr int kDqPanels = kHeadDim / kDqPanelCols;
   static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
-  static constexpr int kOffLse = kOffDQ + kDqPanels * kDqPanelBytes;
+  static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
   static constexpr int kOffBars = kOffDsum + kStages * kBlockM * 4;
   static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[s], empty[s]
@@ -106,9 +115,10 @@ struct BwdKernel {
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
-  static_assert(kBlockN == 64 * kConsumerGroups, "64 kv rows per consumer warpgroup");
+  static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
+                "64 kv rows per consumer warpgroup, or split-D (64 x 64 blocks, head dim halves of panels)");
   static_assert(kBlockM == 64 || kDqSplitRows, "q block of 64 or 128 rows");
-  static_assert(kDqN % kPanelCols == 0, "dQ column slice of whole panels");
+  static_assert(kSplitD || kDqN % kPanelCols == 0, "dQ column slice of whole panels");
   static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0 && kOffDQ % kAlign == 0, "alignment");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
@@ -141,6 +151,12 @@ struct BwdKernel {
   __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
                                                   const Steps& w);
   __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, const Steps& w);
+  __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
+                                                          uint64_t* bars, const Steps& w);
+  template <int kN>
+  __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, float (&st)[kN], float (&dpt)[kN],
+                                                         const float* lse_s, const float* dsum_s, int q0, int col0,
+                                                         int kv, bool full_tile);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w);
 };
@@ -191,10 +207,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
     if (tid < 32 && w.steps > 0) producer(params, smem, bars, w);
-    if (tid >= 32 && tid < 64) dq_writer(params, smem, w);
+    if (!kSplitD && tid >= 32 && tid < 64) dq_writer(params, smem, w);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
-    consumer(params, raw + pad, smem, bars, w);
+    if constexpr (kSplitD) {
+      consumer_split_d(params, raw + pad, smem, bars, w);
+    } else {
+      consumer(params, raw + pad, smem, bars, w);
+    }
   }
 }
 
@@ -304,6 +324,62 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
 }
 
+// warpgroup:: scope, with this warpgroup's Sᵀ GEMM complete and its dPᵀ GEMM the one in flight
+// (waited here). In place on an m64 x (kN / 2) accumulator pair whose rows are kv, kv + 8 and
+// columns col0 + 8i + 2t (+1) of the step's q block (q0 + column):
+//   Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
+//   dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int kN>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
+    const sm80::BwdParams& p, float (&st)[kN], float (&dpt)[kN], const float* lse_s, const float* dsum_s, int q0,
+    int col0, int kv, bool full_tile) {
+  const int t = static_cast<int>(threadIdx.x) % 4;
+  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
+  const auto scores = [&](auto fused) {
+    constexpr bool kFused = decltype(fused)::value;
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) {
+      const int col = col0 + 8 * i + 2 * t;
+      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + col);
+      const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = q0 + col + (e & 1);
+        const int k = kv + 8 * (e >> 1);
+        float x, chain = 1.f;
+        if constexpr (kFused) {
+          const float th = tanhf(st[4 * i + e] * p.softcap_in);
+          x = th * p.score_log2;
+          chain = 1.f - th * th;
+        } else {
+          x = st[4 * i + e] * p.score_log2;
+        }
+        float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
+        if (!full_tile && !(q < sq && k < sk && p.mask.visible(q, k, sq, sk))) pr = 0.f;
+        st[4 * i + e] = pr;
+        if constexpr (kFused) dpt[4 * i + e] = pr * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x)) * chain;
+      }
+    }
+  };
+  if (p.softcap > 0.f) {  // uniform
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(dpt);
+    scores(std::true_type{});
+  } else {
+    scores(std::false_type{});  // under the dPᵀ GEMM
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(dpt);
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) {
+      const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col0 + 8 * i + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x));
+    }
+  }
+}
+
 // warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
 // warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
@@ -385,56 +461,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
 
-    // Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
-    // dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
     const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
     const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-    // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
-    const auto scores = [&](auto fused) {
-      constexpr bool kFused = decltype(fused)::value;
-#pragma unroll
-      for (int i = 0; i < kNT; ++i) {
-        const int col = 8 * i + 2 * t;
-        const float2 l2 = *reinterpret_cast<const float2*>(lse_s + col);
-        const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int q = q0 + col + (e & 1);
-          const int kv = w.kv0 + r0 + 8 * (e >> 1);
-          float x, chain = 1.f;
-          if constexpr (kFused) {
-            const float th = tanhf(st[4 * i + e] * p.softcap_in);
-            x = th * p.score_log2;
-            chain = 1.f - th * th;
-          } else {
-            x = st[4 * i + e] * p.score_log2;
-          }
-          float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
-          if (!full_tile && !(q < sq && kv < sk && mask.visible(q, kv, sq, sk))) pr = 0.f;
-          st[4 * i + e] = pr;
-          if constexpr (kFused) dpt[4 * i + e] = pr * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x)) * chain;
-        }
-      }
-    };
-    if (p.softcap > 0.f) {  // uniform
-      ptx::warpgroup_wait<0>();
-      ptx::warpgroup_fence_operand(dpt);
-      scores(std::true_type{});
-    } else {
-      scores(std::false_type{});  // under the dPᵀ GEMM
-      ptx::warpgroup_wait<0>();
-      ptx::warpgroup_fence_operand(dpt);
-      // dSᵀ_x = Pᵀ∘(dPᵀ − D)
-#pragma unroll
-      for (int i = 0; i < kNT; ++i) {
-        const float2 dd = *reinterpret_cast<const float2*>(dsum_s + 8 * i + 2 * t);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dpt[4 * i + e] = st[4 * i + e] * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x));
-      }
-    }
+    probs_and_grads(p, st, dpt, lse_s, dsum_s, q0, 0, w.kv0 + r0, full_tile);
 
     // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kKT][4];
@@ -560,6 +592,204 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
         *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
             w.steps > 0 ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale)
                         : 0u;
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
+            pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);
+    }
+  }
+}
+
+// warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ
+// columns d0 = 128·group .. +127 and computes Sᵀ, dPᵀ for q columns 32·group .. +31 of every kv
+// row (warp `warp`: rows 16·warp + {g, g + 8}). Per step:
+//   Sᵀ_h = K·Q_hᵀ, dPᵀ_h = V·dO_hᵀ (m64n32, k = D); Pᵀ_h, dSᵀ_h in registers;
+//   Pᵀ_h, dSᵀ_h → the buffer of step parity, [kv][q] 16-bit, 128-byte swizzle; ds_ready;
+//   dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from
+//   shared memory); dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed); red.global into dQ_accum.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
+                                                                               uint32_t smem_base, char* smem,
+                                                                               uint64_t* bars, const Steps& w) {
+  const sm80::BwdParams& p = params.prob;
+  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const fa::Mask mask = p.mask;
+  const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
+  const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int r0 = 16 * warp + g;          // kv row (block-local) of d[4i], d[4i+1]; +8 for d[4i+2..3]
+  constexpr int kHalfD = kHeadDim / 2;   // this warpgroup's dK, dV, dQ columns
+  constexpr int kHalfQ = kBlockM / 2;    // this warpgroup's Sᵀ, dPᵀ columns
+  constexpr int kHalfDT = kHalfD / 8;    // n8 chunks of dK / dV / dQ
+  const int d0 = kHalfD * group;
+  const int qh0 = kHalfQ * group;
+
+  float acc_dk[kHalfDT * 4];
+  float acc_dv[kHalfDT * 4];
+#pragma unroll
+  for (int i = 0; i < kHalfDT * 4; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  const uint32_t k_base = smem_base + kOffK;
+  const uint32_t v_base = smem_base + kOffV;
+  if (w.steps > 0) SmemBarrier{bars}.wait(0);
+
+  for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % kStages;
+    const uint32_t phase = (s / kStages) & 1;
+    const int h = w.hk * p.group + s / w.n_qb;
+    const int qb = w.qb_first + s % w.n_qb;
+    const int q0 = qb * kBlockM;
+    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
+    const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
+    const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
+    full.wait(phase);
+
+    // Sᵀ_h = K·Q_hᵀ and dPᵀ_h = V·dO_hᵀ   (m64 n32; k16 steps over D: 4 per 128-byte panel row)
+    float st[kHalfQ / 2];
+    float dpt[kHalfQ / 2];
+    ptx::warpgroup_fence_operand(st);
+    ptx::warpgroup_fence_operand(dpt);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + qh0 * kRowBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_base + off, 16, 1024),
+                                                ptx::make_smem_desc_sw128(sq_base + qoff, 16, 1024), kk > 0);
+    }
+    ptx::warpgroup_commit();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + qh0 * kRowBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_base + off, 16, 1024),
+                                                ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
+    ptx::warpgroup_fence_operand(st);
+
+    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
+    const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
+    const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
+                           mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
+                           mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
+    probs_and_grads(p, st, dpt, lse_s, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
+
+    // Pᵀ_h, dSᵀ_h into the buffer of step parity: row kv, 16-byte chunk q / 8 XOR kv % 8 (= g).
+    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1 after waiting for
+    // its GEMMs of step s − 2.
+    char* pt_s = smem + kOffDS + (s & 1) * kDSBytes;
+    char* dst_s = pt_s + kBlockN * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kHalfQ / 8; ++i) {
+      const int chunk = (qh0 / 8 + i) ^ g;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int off = (r0 + 8 * hh) * kRowBytes + (chunk << 4) + 4 * t;
+        *reinterpret_cast<uint32_t*>(pt_s + off) = pack2<kIsBf16>(st[4 * i + 2 * hh], st[4 * i + 2 * hh + 1]);
+        *reinterpret_cast<uint32_t*>(dst_s + off) = pack2<kIsBf16>(dpt[4 * i + 2 * hh], dpt[4 * i + 2 * hh + 1]);
+      }
+    }
+    // Generic-proxy writes, then read by wgmma (async proxy): fence before the barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+
+    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
+    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
+    int* lock = nullptr;
+    if (p.locks != nullptr) {
+      lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+      if (group == 0 && wtid == 0) {
+        const int expected = w.kv_block - static_cast<int>(mask.key_begin(q0, sq, sk) / kBlockN);
+        while (ptx::ld_acquire_gpu(lock) < expected) {
+        }
+      }
+    }
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+
+    // dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..]   (A K-major: k16 step = 32
+    // bytes along the row; B MN-major: dO, Q rows are q = k, two 64-column panels from d0)
+    const uint32_t pt_base = smem_base + kOffDS + (s & 1) * kDSBytes;
+    const uint32_t dst_base = pt_base + kBlockN * kRowBytes;
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dv, ptx::make_smem_desc_sw128(pt_base + kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sdo_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dk, ptx::make_smem_desc_sw128(dst_base + kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sq_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          1);
+    }
+    ptx::warpgroup_commit();
+
+    // dQ[:, d0..] = dS·K[:, d0..]   (A = dS [q][kv]: the dSᵀ buffer read MN-major (transpose bit,
+    // one 64-wide M panel), k16 step = 16 kv rows; B = K MN-major, two panels from d0)
+    float acc_dq[kHalfD / 2];
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1, 1>(
+          acc_dq, ptx::make_smem_desc_sw128(dst_base + kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
+          ptx::make_smem_desc_sw128(k_base + (d0 / kPanelCols) * kKVPanelBytes + kk * 16 * kRowBytes, kKVPanelBytes,
+                                    1024),
+          kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();  // dV, dK, dQ of this step landed
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    if (lane == 0) empty.arrive();  // this warp's reads of Q, dO, LSE, D of the stage are done
+
+    // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
+    {
+      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + int64_t(w.b) * sq) * p.head_dim;
+#pragma unroll
+      for (int i = 0; i < kHalfDT; ++i) {
+        const int col = d0 + 8 * i + 2 * t;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = q0 + 16 * warp + g + 8 * hh;
+          if (r < sq && col < p.head_dim)
+            ptx::red_add_f32x2(dq + int64_t(r) * p.head_dim + col, acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
+        }
+      }
+    }
+    if (lock != nullptr) {
+      __threadfence();
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_done), kConsumerThreads);
+      if (group == 0 && wtid == 0) ptx::red_release_add_gpu(lock, 1);
+    }
+  }
+
+  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores).
+  T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
+          w.hk * p.dk_head_stride;
+  T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
+          w.hk * p.dv_head_stride;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = r0 + 8 * hh;
+    if (r >= w.kv_rows) continue;
+#pragma unroll
+    for (int i = 0; i < kHalfDT; ++i) {
+      const int col = d0 + 8 * i + 2 * t;
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
+            pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale);
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
             pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);

@@ -604,8 +604,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 // row (warp `warp`: rows 16·warp + {g, g + 8}). Per step:
 //   Sᵀ_h = K·Q_hᵀ, dPᵀ_h = V·dO_hᵀ (m64n32, k = D); Pᵀ_h, dSᵀ_h in registers;
 //   Pᵀ_h, dSᵀ_h → the buffer of step parity, [kv][q] 16-bit, 128-byte swizzle; ds_ready;
-//   dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from
-//   shared memory); dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed); red.global into dQ_accum.
+//   dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed), then dV[:, d0..] += Pᵀ·dO[:, d0..] and
+//   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); dQ added into
+//   dQ_accum by red.global while dV and dK run on, waited after the next step's Sᵀ/dPᵀ issue.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
@@ -626,10 +627,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
   const int d0 = kHalfD * group;
   const int qh0 = kHalfQ * group;
 
+  // dK and dV start from their first GEMMs' zero-accumulate flag: those GEMMs run on across the
+  // loop's back edge (see consumer: register moves into them would serialise every wgmma).
   float acc_dk[kHalfDT * 4];
   float acc_dv[kHalfDT * 4];
-#pragma unroll
-  for (int i = 0; i < kHalfDT * 4; ++i) acc_dk[i] = acc_dv[i] = 0.f;
 
   const uint32_t k_base = smem_base + kOffK;
   const uint32_t v_base = smem_base + kOffV;
@@ -641,7 +642,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
-    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
+    const SmemBarrier full{bars + 1 + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
@@ -668,6 +669,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
                                                 ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
+    // dV, dK of step s − 1 ran under its dQ reduction and this step's start; their reads of the
+    // stage and of the Pᵀ/dSᵀ buffer are over: release that step's stage.
+    ptx::warpgroup_wait<2>();
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    if (s > 0 && lane == 0) SmemBarrier{bars + 1 + kStages + (s - 1) % kStages}.arrive();
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
     ptx::warpgroup_fence_operand(st);
 
@@ -709,31 +716,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     }
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
 
-    // dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..]   (A K-major: k16 step = 32
-    // bytes along the row; B MN-major: dO, Q rows are q = k, two 64-column panels from d0)
     const uint32_t pt_base = smem_base + kOffDS + (s & 1) * kDSBytes;
     const uint32_t dst_base = pt_base + kBlockN * kRowBytes;
-    ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dv, ptx::make_smem_desc_sw128(pt_base + kk * 32, 16, 1024),
-          ptx::make_smem_desc_sw128(sdo_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
-                                    1024),
-          1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dk, ptx::make_smem_desc_sw128(dst_base + kk * 32, 16, 1024),
-          ptx::make_smem_desc_sw128(sq_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
-                                    1024),
-          1);
-    }
-    ptx::warpgroup_commit();
-
     // dQ[:, d0..] = dS·K[:, d0..]   (A = dS [q][kv]: the dSᵀ buffer read MN-major (transpose bit,
     // one 64-wide M panel), k16 step = 16 kv rows; B = K MN-major, two panels from d0)
     float acc_dq[kHalfD / 2];
@@ -748,11 +732,29 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
           kk > 0);
     }
     ptx::warpgroup_commit();
-    ptx::warpgroup_wait<0>();  // dV, dK, dQ of this step landed
+
+    // dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..]   (A K-major: k16 step = 32
+    // bytes along the row; B MN-major: dO, Q rows are q = k, two 64-column panels from d0)
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dv, ptx::make_smem_desc_sw128(pt_base + kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sdo_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          s > 0 || kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dk, ptx::make_smem_desc_sw128(dst_base + kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sq_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          s > 0 || kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // dQ landed; dV and dK run on into the next step
     ptx::warpgroup_fence_operand(acc_dq);
-    ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
-    if (lane == 0) empty.arrive();  // this warp's reads of Q, dO, LSE, D of the stage are done
 
     // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
     {
@@ -774,8 +776,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
       if (group == 0 && wtid == 0) ptx::red_release_add_gpu(lock, 1);
     }
   }
+  ptx::warpgroup_wait<0>();  // the last step's dV, dK
+  ptx::warpgroup_fence_operand(acc_dv);
+  ptx::warpgroup_fence_operand(acc_dk);
 
-  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores).
+  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
+  // zeros for a block no query sees (no step: the accumulators never written).
   T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
   T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
@@ -787,12 +793,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 #pragma unroll
     for (int i = 0; i < kHalfDT; ++i) {
       const int col = d0 + 8 * i + 2 * t;
+      const bool any = w.steps > 0;
       if (col < p.head_dim)
         *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale);
+            any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);
+            any ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
     }
   }
 }

@@ -12,27 +12,32 @@
 namespace fa::cuda::sm90 {
 
 // Per head dim: kv rows per CTA (64 per consumer warpgroup, stationary), query rows per streamed
-// step, Q/dO stages. Registers per consumer thread (240 after setmaxnreg) hold dK and dV
-// (2·kHeadDim/2 fp32) plus, in turn, Sᵀ and dPᵀ (2·kBlockM/2) with the Pᵀ/dSᵀ fragments they
-// become (kBlockM/4), or the dQ part (32 fp32) beside the fragments still read by dV/dK.
-// Shared memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) +
-// BM·D·4 (the fp32 dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128;
-// BM 128 at D 64, 64 at D 128). D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN =
-// BM = 64, the two warpgroups halve the head dim (BwdKernel::kSplitD).
+// step, Q/dO stages, and whether a step's dK GEMM runs on into the next step. Registers per
+// consumer thread (240 after setmaxnreg) hold dK and dV (2·kHeadDim/2 fp32) plus Sᵀ and dPᵀ
+// (2·kBlockM/2) for the warpgroup's 64 kv rows; the dQ tile (64 x 64, 32 fp32) comes after
+// Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
+// D 128, BM 64; at D 64, BM 128 ptxas serialises the wgmma for want of registers. Shared
+// memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + BM·D·4
+// (the fp32 dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128; BM 128
+// at D 64, 64 at D 128). D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64,
+// the two warpgroups halve the head dim (BwdKernel::kSplitD).
 template <int kHeadDim>
 struct BwdConfig;
 template <>
 struct BwdConfig<64> {  // 195 KiB (199,720 B with alignment and barriers)
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
+  static constexpr bool kDkAcrossSteps = false;
 };
 template <>
 struct BwdConfig<128> {  // 194 KiB (198,696 B)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
+  static constexpr bool kDkAcrossSteps = true;
 };
 
 template <>
 struct BwdConfig<256> {  // 226 KiB (231,464 B)
   static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
+  static constexpr bool kDkAcrossSteps = false;
 };
 
 template <int kHeadDim>

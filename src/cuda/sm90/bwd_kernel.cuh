@@ -1,15 +1,13 @@
 // CUDA backend, sm90/: the FlashAttention-3-design backward main kernel class (TMA, mbarriers,
 // wgmma, warp specialisation with setmaxnreg). One CTA per (kv block, kv head, batch): K and V
 // stay in shared memory; warp 0 of warpgroup 0 streams (query head, q block) steps of Q, dO,
-// LSE and D through a kStages ring; warpgroups 1 and 2 each own 64 kv rows and take turns
-// (ping-pong) issuing their GEMMs:
+// LSE and D through a kStages ring; warpgroups 1 and 2 each own 64 kv rows:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
 //   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
-// (cp.reduce.async.bulk.tensor), in kv-block order in the deterministic mode. Head dim 256 runs
-// the split-D schedule (consumer_split_d).
+// (cp.reduce.async.bulk.tensor), in kv-block order in the deterministic mode.
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 
@@ -33,15 +31,14 @@
 
 namespace fa::cuda::sm90 {
 
-// Named barriers (id 0 is __syncthreads). consumer: per consumer warpgroup g, dq_full + g (g
-// arrives, the dQ writer waits) and dq_empty + g (the writer arrives, g waits) around g's part
-// of the shared dQ tile; ds_to + g (the other warpgroup arrives once its dS panel is staged, g
-// waits before its dQ GEMM); turn + g (ping-pong: g may issue its next batch of GEMMs).
-// consumer_split_d: ds_ready after both warpgroups staged Pᵀ and dSᵀ, dq_done after their dQ
-// reductions (deterministic mode).
-enum class BwdBarrier { ds_ready = 1, dq_done = 2, dq_full = 3, dq_empty = 5, ds_to = 7, turn = 9 };
+// Named barriers (id 0 is __syncthreads): ds_ready between the two consumer warpgroups;
+// dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
+// consumers wait) around the shared dQ tile.
+// Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ, dq_done after
+// their dQ reductions (deterministic mode).
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, dq_done = 4 };
 
-template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
   using Params = BwdParams;
   using T = typename Storage<kIsBf16_>::type;
@@ -51,6 +48,10 @@ struct BwdKernel {
   static constexpr int kBlockN = kBlockN_;    // kv rows per CTA (stationary)
   static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
   static constexpr int kStages = kStages_;
+  // The dK GEMM of step s runs on under the dQ store and step s + 1's Sᵀ/dPᵀ GEMMs (waited
+  // there), else it is waited at the end of step s (when Sᵀ, dPᵀ and the dSᵀ fragments do not
+  // fit beside dK and dV in the registers).
+  static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
   // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
   // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
   // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs; dQ
@@ -66,7 +67,7 @@ struct BwdKernel {
   static constexpr int kThreads = kWarpGroupThreads * (1 + kConsumerGroups);
   static constexpr int kMinBlocks = 1;  // the register cap setmaxnreg needs at entry
   static constexpr int kConsumerWarps = 4 * kConsumerGroups;
-  static constexpr int kDqSyncThreads = kWarpGroupThreads + 32;  // dq_full / dq_empty: + the writer
+  static constexpr int kDqSyncThreads = kConsumerThreads + 32;  // dq_full / dq_empty: + the writer
   // 65536 registers per SM: 128·24 (producer) + 256·240 (consumers) = 64512 (as the forward).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -112,22 +113,6 @@ struct BwdKernel {
   // warpgroup 64 rows x kHeadDim), else by columns (64 rows x kHeadDim / 2).
   static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;
-  // Warpgroup g's part of the dQ tile: 64 rows from row0, 32-column panels from panel0.
-  struct DqPart {
-    int row0, panel0;
-  };
-  __device__ __forceinline__ static DqPart dq_part(int group) {
-    return kDqSplitRows ? DqPart{64 * group, 0} : DqPart{0, kDqN * group / kDqPanelCols};
-  }
-  // Ping-pong turns of consumer: each consumer warpgroup brackets every batch of GEMM issues
-  // with wait_turn / pass_turn; warpgroup 0 goes first (warpgroup 1 passes it the turn before
-  // its first wait), and warpgroup 1 does not pass after its last batch.
-  __device__ __forceinline__ static void wait_turn(int group) {
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::turn) + group, kConsumerThreads);
-  }
-  __device__ __forceinline__ static void pass_turn(int group) {
-    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::turn) + (group ^ 1), kConsumerThreads);
-  }
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
@@ -176,8 +161,8 @@ struct BwdKernel {
                                                   uint64_t* bars, const Steps& w);
 };
 
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(const Params& params,
                                                                         char* smem_raw) const {
   const sm80::BwdParams& p = params.prob;
   Steps w;
@@ -237,8 +222,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::operator()(const 
 // (which first sets the byte count) and, while they load, LSE·log2e and D by the 32 lanes
 // (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there). Every lane
 // arrives on full[stage].
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(const Params& params, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -292,15 +277,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::producer(const Pa
   }
 }
 
-// warp:: scope (warp 1 of the producer warpgroup). Per step and consumer warpgroup g (0 first):
-// wait for g's part of the dQ tile (dq_full + g), add it into dQ_accum by bulk tensor reductions
-// of 32 columns x 64 rows from lane 0 (rows past sq are not written), and hand it back
-// (dq_empty + g) once read. Deterministic mode: the tiles of one (query head, q block) are added
-// in ascending kv-block order; lane 0 waits for the counter of the lower blocks before the first
-// part and releases it once both parts are complete in global memory.
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const Params& params, char* smem,
-                                                                      const Steps& w) {
+// warp:: scope (warp 1 of the producer warpgroup). Per step: wait for the consumers' dQ tile
+// (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows past
+// sq are not written) from lane 0, and hand the tile back (dq_empty) once read. Deterministic
+// mode: the tiles of one (query head, q block) are added in ascending kv-block order; lane 0
+// waits for the counter of the lower blocks, and releases it once its own addition is complete.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
+                                                                       const Steps& w) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -309,37 +293,33 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const P
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
-    int* lock = nullptr;
-    for (int group = 0; group < kConsumerGroups; ++group) {
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full) + group, kDqSyncThreads);
-      if (lane == 0) {
-        if (p.locks != nullptr && group == 0) {
-          // The kv blocks that visit qb are contiguous from key_begin(q0) / kBlockN.
-          lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-          const int expected = w.kv_block - static_cast<int>(p.mask.key_begin(q0, sq, sk) / kBlockN);
-          while (ptx::ld_acquire_gpu(lock) < expected) {
-          }
-          cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+    if (lane == 0) {
+      int* lock = nullptr;
+      if (p.locks != nullptr) {
+        // The kv blocks that visit qb are contiguous from key_begin(q0) / kBlockN.
+        lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+        const int expected = w.kv_block - static_cast<int>(p.mask.key_begin(q0, sq, sk) / kBlockN);
+        while (ptx::ld_acquire_gpu(lock) < expected) {
         }
-        const DqPart part = dq_part(group);
-        for (int c = part.panel0; c < part.panel0 + kDqN / kDqPanelCols; ++c) {
-          const int32_t coords[4] = {c * kDqPanelCols, q0 + part.row0, w.b, h};
-          cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
-                                          smem + kOffDQ + c * kDqPanelBytes + part.row0 * kRowBytes);
-        }
-        cp::cp_async_bulk_commit_group();
-        if (lock != nullptr && group + 1 == kConsumerGroups) {
-          cp::cp_async_bulk_wait_group(cp::n32_t<0>{});  // both parts complete in global memory
-          cp::fence_proxy_async(cp::space_global);
-          ptx::red_release_add_gpu(lock, 1);
-        } else {
-          cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the part was read: free again
-        }
+        cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
       }
-      __syncwarp();
-      if (s + 1 < w.steps)
-        ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty) + group, kDqSyncThreads);
+      for (int c = 0; c < kDqPanels; ++c) {
+        const int32_t coords[4] = {c * kDqPanelCols, q0, w.b, h};
+        cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
+                                        smem + kOffDQ + c * kDqPanelBytes);
+      }
+      cp::cp_async_bulk_commit_group();
+      if (lock != nullptr) {
+        cp::cp_async_bulk_wait_group(cp::n32_t<0>{});  // the additions are complete in global memory
+        cp::fence_proxy_async(cp::space_global);
+        ptx::red_release_add_gpu(lock, 1);
+      } else {
+        cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
+      }
     }
+    __syncwarp();
+    if (s + 1 < w.steps) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
 }
@@ -349,9 +329,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::dq_writer(const P
 // columns col0 + 8i + 2t (+1) of the step's q block (q0 + column):
 //   Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
 //   dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
-template <int D, int BN, int BM, int S, bool Bf16>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::probs_and_grads(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
     const sm80::BwdParams& p, float (&st)[kN], float (&dpt)[kN], const float* lse_s, const float* dsum_s, int q0,
     int col0, int kv, bool full_tile) {
   const int t = static_cast<int>(threadIdx.x) % 4;
@@ -400,17 +380,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::probs_and_grads(
   }
 }
 
-// warpgroup:: scope (one consumer warpgroup; the two take turns). Warp `warp` of warpgroup
-// `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV. Ping-pong: the
-// warpgroups issue their GEMMs in strict turns, three batches a step each,
-//   Y(s): Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ (both operands in shared memory);
-//   Z(s): dV += Pᵀ·dO, dK += dSᵀ·Q (A from registers); dS(s) then staged for both warpgroups;
-//   X(s + 1): dQ = dS(s)·K (both dS panels: waits for the other's, ds_to + group);
-// and between its turns each waits for its own GEMMs and does its elementwise work (Pᵀ, dSᵀ;
-// the dQ tile store) while the tensor cores run the other's batch. dV and dK of step s run on
-// until X(s + 1) has been issued.
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Params& params,
+// warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
+// warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(const Params& params,
                                                                       uint32_t smem_base, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
@@ -424,38 +397,42 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
   const int t = lane % 4;
   const int r0 = 64 * group + 16 * warp + g;  // block-local kv row of d[4i], d[4i+1]
 
-  // dK and dV start from their first GEMMs' zero-accumulate flag, never from register moves:
-  // their GEMMs run on across the loop's back edge, and ptxas serialises every wgmma when
+  // dK starts from its first GEMM's zero-accumulate flag, never from register moves: its last
+  // GEMM of a step runs on across the loop's back edge, and ptxas serialises every wgmma when
   // ordinary instructions define an in-flight accumulator on some path into the loop.
   float acc_dk[kDT * 4];
   float acc_dv[kDT * 4];
+#pragma unroll
+  for (int i = 0; i < kDT * 4; ++i) acc_dv[i] = 0.f;
 
   // This warpgroup's 64 kv rows of K and V in every panel (K-major A operand).
   const uint32_t k_wg = smem_base + kOffK + 64 * group * kRowBytes;
   const uint32_t v_wg = smem_base + kOffV + 64 * group * kRowBytes;
-  // dQ part of this warpgroup: q rows dq_m0 .. +63, columns dq_n0 .. + kDqN.
-  const DqPart part = dq_part(group);
-  const int dq_m0 = part.row0;
-  const int dq_n0 = part.panel0 * kDqPanelCols;
+  // dQ slice of this warpgroup: q rows dq_m0 .. +63, columns dq_n0 .. + kDqN.
+  const int dq_m0 = kDqSplitRows ? 64 * group : 0;
+  const int dq_n0 = kDqSplitRows ? 0 : kDqN * group;
   if (w.steps > 0) SmemBarrier{bars}.wait(0);
-  if (group == 1 && w.steps > 0) pass_turn(group);  // warpgroup 0 issues first
+
+  // dSᵀ as A fragments: the dK GEMM of step s reads them until step s + 1 waits for it.
+  uint32_t ds_frag[kKT][4];
+  auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 
   for (int s = 0; s < w.steps; ++s) {
-    // ---- Y(s): Sᵀ, dPᵀ; then Pᵀ and dSᵀ.
     const int stage = s % kStages;
     const uint32_t phase = (s / kStages) & 1;
+    const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
+    const SmemBarrier full{bars + 1 + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
-    SmemBarrier{bars + 1 + stage}.wait(phase);  // full: Q, dO, LSE, D of the stage
+    full.wait(phase);
 
     // Sᵀ = K_wg·Qᵀ and dPᵀ = V_wg·dOᵀ   (m64 n=BM, k16 steps: 4 per 128-byte panel row, +32 B)
     float st[kNT * 4];
     float dpt[kNT * 4];
     ptx::warpgroup_fence_operand(st);
     ptx::warpgroup_fence_operand(dpt);
-    wait_turn(group);
     ptx::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
@@ -473,7 +450,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
                                                  ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
-    pass_turn(group);
+    if constexpr (kDkAcrossSteps) {
+      // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
+      // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
+      ptx::warpgroup_wait<2>();
+      ptx::warpgroup_fence_operand(acc_dk);
+      ptx::warpgroup_fence_operand(ds_flat);
+      if (s > 0 && lane == 0) SmemBarrier{bars + 1 + kStages + (s - 1) % kStages}.arrive();
+    }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
 
@@ -483,12 +467,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
     probs_and_grads(p, st, dpt, lse_s, dsum_s, q0, 0, w.kv0 + r0, full_tile);
-    // Pᵀ, dSᵀ as A fragments (k16 step kk: n8 chunks 2kk, 2kk + 1), read by dV and dK until
-    // the wait after X(s + 1).
+
+    // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kKT][4];
-    uint32_t ds_frag[kKT][4];
-    auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
-    auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
 #pragma unroll
@@ -497,34 +478,24 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
         ds_frag[kk][r] = pack2<kIsBf16>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
       }
     }
+    auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
 
-    // ---- Z(s): dV += Pᵀ·dO, dK += dSᵀ·Q   (dO, Q rows are q = the k dimension, D contiguous:
-    // MN-major, transpose bit; leading offset = bytes between 64-column panels; k16 step = 16 rows)
+    // dV += Pᵀ·dO   (dO rows are q = the k dimension, D contiguous: MN-major, transpose bit;
+    // leading offset = bytes between 64-column panels; k16 step = 16 rows)
     ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
     ptx::warpgroup_fence_operand(p_flat);
-    ptx::warpgroup_fence_operand(ds_flat);
-    wait_turn(group);
     ptx::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base + kk * 16 * kRowBytes, kQPanelBytes, 1024),
-          s > 0 || kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) {
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024),
-          s > 0 || kk > 0);
+          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
     }
     ptx::warpgroup_commit();
-    pass_turn(group);
 
     // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
     // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
-    // Buffer s % 2 is free: both warpgroups waited for their dQ of step s − 2 before their turn
-    // Y(s − 1), which precedes this warpgroup's turn Z(s).
+    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so it had waited
+    // for its dQ GEMM of step s − 2.
     {
       const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
       const int j = lane / 8;
@@ -537,68 +508,79 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
     }
     // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::ds_to) + (group ^ 1), kConsumerThreads);
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
 
-    // ---- X(s + 1): dQ of step s, then its tile part to shared memory for the writer warp.
+    // dQ[dq_m0 .., dq_n0 ..] = dS·K   (A: dS K-major, k = kv over both panels;
+    // B: K rows are kv = the k dimension, D contiguous: MN-major, transpose bit)
+    float acc_dq[kDqN / 2];
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence();
     {
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_to) + group, kConsumerThreads);
-      float acc_dq[kDqN / 2];
-      ptx::warpgroup_fence_operand(acc_dq);
-      wait_turn(group);
-      ptx::warpgroup_fence();
-      {
-        // A: dS K-major, k = kv over both panels; B: K rows are kv = the k dimension, D
-        // contiguous: MN-major, transpose bit.
-        const uint32_t ds_base = smem_base + kOffDS + (s & 1) * kDSBytes + dq_m0 * kRowBytes;
-        const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
+      const uint32_t ds_base = smem_base + kOffDS + (s & 1) * kDSBytes + dq_m0 * kRowBytes;
+      const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          const uint64_t da = ptx::make_smem_desc_sw128(ds_base + (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
-          const uint64_t db = ptx::make_smem_desc_sw128(k_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-          ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, da, db, kk > 0);
-        }
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t da = ptx::make_smem_desc_sw128(ds_base + (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = ptx::make_smem_desc_sw128(k_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+        ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, da, db, kk > 0);
       }
-      ptx::warpgroup_commit();
-      if (group == 0 || s + 1 < w.steps) pass_turn(group);  // warpgroup 1 issues last
-      ptx::warpgroup_wait<0>();  // dV, dK and dQ of step s
-      ptx::warpgroup_fence_operand(acc_dq);
-      ptx::warpgroup_fence_operand(acc_dv);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // dV landed (p_frag free); dQ runs on
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(p_flat);
+
+    // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step.
+    ptx::warpgroup_fence_operand(acc_dk);
+    ptx::warpgroup_fence_operand(ds_flat);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024),
+          s > 0 || kk > 0);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
+    ptx::warpgroup_fence_operand(acc_dq);
+    if constexpr (!kDkAcrossSteps) {
+      ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(acc_dk);
-      ptx::warpgroup_fence_operand(p_flat);
       ptx::warpgroup_fence_operand(ds_flat);
       if (lane == 0) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // Q, dO, LSE, D read
-
-      // The part into the shared fp32 tile (dQ = scale · dQ_accum, later), once the writer has
-      // read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8; this
-      // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 a multiple of 32), so chunk
-      // 2(i % 4) + t / 2 is (2(i % 4)) ^ (t / 2 ^ g): a constant XORed into one register.
-      if (s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty) + group, kDqSyncThreads);
-      {
-        const int swz = (t / 2) ^ g;
-        char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +
-                       (t % 2) * 8;
-#pragma unroll
-        for (int i = 0; i < kDqN / 8; ++i) {
-          char* dst = dq_row + (i / 4) * kDqPanelBytes + ((swz ^ (2 * (i % 4))) << 4);
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) =
-                make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
-        }
-      }
-      // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
-      ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-      ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full) + group, kDqSyncThreads);
     }
+
+    // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
+    // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8. This
+    // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 is a multiple of 32): chunk
+    // 2(i % 4) + t / 2 becomes (2(i % 4)) ^ (t / 2 ^ g), a constant XORed into one register.
+    if (s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    {
+      const int swz = (t / 2) ^ g;
+      char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +
+                     (t % 2) * 8;
+#pragma unroll
+      for (int i = 0; i < kDqN / 8; ++i) {
+        char* dst = dq_row + (i / 4) * kDqPanelBytes + ((swz ^ (2 * (i % 4))) << 4);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) = make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
+      }
+    }
+    // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
+  ptx::warpgroup_wait<0>();  // the last step's dK (its stage is never reused: no release)
+  ptx::warpgroup_fence_operand(acc_dk);
+  ptx::warpgroup_fence_operand(ds_flat);
 
   // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
-  // zeros for a block no query sees (no step: the accumulators never written).
+  // zeros for a block no query sees (no step: acc_dk never written).
   T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
   T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
           w.hk * p.dv_head_stride;
-  const bool any = w.steps > 0;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = r0 + 8 * hh;
@@ -608,10 +590,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
       const int col = 8 * i + 2 * t;
       if (col < p.head_dim)
         *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
+            w.steps > 0 ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale)
+                        : 0u;
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            any ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
+            pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);
     }
   }
 }
@@ -624,8 +607,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer(const Pa
 //   dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed), then dV[:, d0..] += Pᵀ·dO[:, d0..] and
 //   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); dQ added into
 //   dQ_accum by red.global while dV and dK run on, waited after the next step's Sᵀ/dPᵀ issue.
-template <int D, int BN, int BM, int S, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, Bf16>::consumer_split_d(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
                                                                                uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;

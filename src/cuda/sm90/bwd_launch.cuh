@@ -15,7 +15,7 @@ namespace fa::cuda::sm90 {
 
 template <int kHeadDim, bool kIsBf16>
 using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
-                               BwdConfig<kHeadDim>::kStages, kIsBf16>;
+                               BwdConfig<kHeadDim>::kStages, BwdConfig<kHeadDim>::kDkAcrossSteps, kIsBf16>;
 
 // The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
 // dQ accumulator's box of kBlockM rows).
@@ -35,7 +35,7 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
     why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
   if (why.empty())
-    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, p.batch, p.seqlen_q, p.heads_q, p.head_dim, 64);
+    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, p.batch, p.seqlen_q, p.heads_q, p.head_dim, Kernel::kBlockM);
   return why;
 }
 

@@ -18,7 +18,7 @@ struct BwdParams {
   CUtensorMap tm_do;  // box rows kBlockM
   CUtensorMap tm_k;   // box rows kBlockN
   CUtensorMap tm_v;   // box rows kBlockN
-  // The fp32 dQ accumulator {dim, row, batch, head}, box 32 floats x 64 rows, 128-byte
+  // The fp32 dQ accumulator {dim, row, batch, head}, box 32 floats x kBlockM rows, 128-byte
   // swizzle: the dQ tiles are added into it by bulk tensor reductions.
   CUtensorMap tm_dq;
 };

@@ -457,6 +457,10 @@ int mode_sm90() {
       {"gqa_q77_k200_d256", 1, 77, 200, 4, 2, 256, 256, {}, {}, false},
       {"mqa_d200_s300_k257", 2, 300, 257, 2, 1, 200, 200, {}, {}, false},
       {"d256_dv224_s150", 1, 150, 190, 2, 2, 256, 224, {}, {}, false},
+      // varlen: empty sequences, a query with no key, sequences shorter than a block
+      {"varlen_d128", 4, 300, 333, 4, 2, 128, 128, {300, 1, 0, 177}, {333, 17, 40, 0}, false},
+      {"varlen_d64", 3, 257, 260, 2, 2, 64, 64, {257, 64, 129}, {200, 260, 1}, false},
+      {"varlen_d256", 3, 150, 170, 2, 1, 256, 256, {150, 65, 3}, {170, 64, 90}, false},
   };
   int n = 0;
   for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})

@@ -98,6 +98,7 @@ sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
   f.cu_seqlens_q = p.cu_seqlens_q;
   f.cu_seqlens_k = p.cu_seqlens_k;
   f.total_q = p.total_q;
+  f.total_k = p.total_k;
   f.num_kv_blocks = static_cast<int>((p.seqlen_k + row.block_n - 1) / row.block_n);
   f.num_q_blocks = static_cast<int>((p.seqlen_q + row.block_m - 1) / row.block_m);
   return f;

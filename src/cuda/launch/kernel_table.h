@@ -27,7 +27,7 @@ inline constexpr const char* kSm90FwdDeclines = "varlen; strides TMA cannot desc
 #else
 inline constexpr const char* kSm90FwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
 #endif
-inline constexpr const char* kSm90BwdDeclines = "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
+inline constexpr const char* kSm90BwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
 
 struct FwdKernelRow {
   const char* family;  // fwd_kernel_name(): "sm80", "sm90"

@@ -55,6 +55,7 @@ struct BwdParams {
   const int32_t* cu_seqlens_q;  // varlen when non-null
   const int32_t* cu_seqlens_k;
   int64_t total_q;  // varlen: LSE row pitch per head
+  int64_t total_k;  // varlen: packed key rows (the sm90 tensor maps' extent)
 
   int num_kv_blocks;  // ceil(seqlen_k / kBlockN) of the main kernel
   int num_q_blocks;   // ceil(seqlen_q / kBlockM) of the main kernel (lock pitch)

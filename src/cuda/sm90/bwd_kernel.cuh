@@ -144,9 +144,21 @@ struct BwdKernel {
     return lo;
   }
 
+  // This CTA's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
+  // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
+  // varlen: one packed batch).
   struct Steps {
     int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
+    int sq, sk, q_first, k_first, map_b;
   };
+  // Row of (query head h, query 0 of the batch) in LSE and D ([B, Hq, Sq], varlen [Hq, total_q]).
+  __device__ __forceinline__ static int64_t stat_row(const sm80::BwdParams& p, const Steps& w, int h) {
+    return p.cu_seqlens_q != nullptr ? int64_t(h) * p.total_q + w.q_first : (int64_t(w.b) * p.heads_q + h) * w.sq;
+  }
+  // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, D].
+  __device__ __forceinline__ static int64_t dq_row(const sm80::BwdParams& p, const Steps& w, int h) {
+    return int64_t(h) * p.rows_q + (p.cu_seqlens_q != nullptr ? w.q_first : int64_t(w.b) * w.sq);
+  }
 
   __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
                                                   const Steps& w);
@@ -154,9 +166,9 @@ struct BwdKernel {
   __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
                                                           uint64_t* bars, const Steps& w);
   template <int kN>
-  __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, float (&st)[kN], float (&dpt)[kN],
-                                                         const float* lse_s, const float* dsum_s, int q0, int col0,
-                                                         int kv, bool full_tile);
+  __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, const Steps& w, float (&st)[kN],
+                                                         float (&dpt)[kN], const float* lse_s, const float* dsum_s,
+                                                         int q0, int col0, int kv, bool full_tile);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w);
 };
@@ -170,9 +182,21 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   const int64_t rest = blockIdx.x / p.num_kv_blocks;
   w.hk = static_cast<int>(rest % p.heads_kv);
   w.b = static_cast<int>(rest / p.heads_kv);
-  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  if (p.cu_seqlens_q != nullptr) {
+    w.q_first = p.cu_seqlens_q[w.b];
+    w.k_first = p.cu_seqlens_k[w.b];
+    w.sq = p.cu_seqlens_q[w.b + 1] - w.q_first;
+    w.sk = p.cu_seqlens_k[w.b + 1] - w.k_first;
+    w.map_b = 0;
+  } else {
+    w.q_first = w.k_first = 0;
+    w.sq = p.seqlen_q;
+    w.sk = p.seqlen_k;
+    w.map_b = w.b;
+  }
+  const int sq = w.sq, sk = w.sk;
   w.kv0 = w.kv_block * kBlockN;
-  if (w.kv0 >= sk) return;  // uniform over the CTA
+  if (w.kv0 >= sk) return;  // uniform over the CTA (varlen: this batch's keys end earlier)
   w.kv_rows = min(kBlockN, sk - w.kv0);
 
   // Query rows that see some key of this block: [row_lo, row_hi) (key_begin/key_end monotone);
@@ -228,11 +252,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int sq = p.seqlen_q;
+  const int sq = w.sq;
   if (lane == 0) {
     SmemBarrier{bars}.arrive_expect_tx(2 * kKVBytes);
     for (int c = 0; c < kPanels; ++c) {
-      const int32_t coords[4] = {c * kPanelCols, w.kv0, w.hk, w.b};
+      const int32_t coords[4] = {c * kPanelCols, w.k_first + w.kv0, w.hk, w.map_b};
       ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
                                         smem + kOffK + c * kKVPanelBytes, &params.tm_k, coords, bars);
       ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
@@ -251,7 +275,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
     if (lane == 0) {
       full.expect_tx(2 * kQBytes);
       for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, q0, h, w.b};
+        const int32_t coords[4] = {c * kPanelCols, w.q_first + q0, h, w.map_b};
         ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
                                           smem + kOffQ + stage * kQBytes + c * kQPanelBytes, &params.tm_q,
                                           coords, full.bar);
@@ -262,8 +286,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
     }
     float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
     float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
-    const float* lse = p.lse + (int64_t(w.b) * p.heads_q + h) * sq;
-    const float* dsum = p.dsum + (int64_t(w.b) * p.heads_q + h) * sq;
+    const float* lse = p.lse + stat_row(p, w, h);
+    const float* dsum = p.dsum + stat_row(p, w, h);
 #pragma unroll
     for (int i = 0; i < kBlockM / 32; ++i) {
       const int r = lane + 32 * i;
@@ -288,7 +312,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const int sq = w.sq, sk = w.sk;
   for (int s = 0; s < w.steps; ++s) {
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
@@ -305,7 +329,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
         cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
       }
       for (int c = 0; c < kDqPanels; ++c) {
-        const int32_t coords[4] = {c * kDqPanelCols, q0, w.b, h};
+        const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
         cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
                                         smem + kOffDQ + c * kDqPanelBytes);
       }
@@ -332,10 +356,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
-    const sm80::BwdParams& p, float (&st)[kN], float (&dpt)[kN], const float* lse_s, const float* dsum_s, int q0,
-    int col0, int kv, bool full_tile) {
+    const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
+    const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   const int t = static_cast<int>(threadIdx.x) % 4;
-  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const int sq = w.sq, sk = w.sk;
   // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
   const auto scores = [&](auto fused) {
     constexpr bool kFused = decltype(fused)::value;
@@ -387,7 +411,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
                                                                       uint32_t smem_base, char* smem,
                                                                       uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
-  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
   const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
   const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
@@ -466,7 +490,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-    probs_and_grads(p, st, dpt, lse_s, dsum_s, q0, 0, w.kv0 + r0, full_tile);
+    probs_and_grads(p, w, st, dpt, lse_s, dsum_s, q0, 0, w.kv0 + r0, full_tile);
 
     // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kKT][4];
@@ -577,9 +601,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 
   // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
   // zeros for a block no query sees (no step: acc_dk never written).
-  T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
+  T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
-  T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
+  T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
           w.hk * p.dv_head_stride;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -612,7 +636,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
                                                                                uint32_t smem_base, char* smem,
                                                                                uint64_t* bars, const Steps& w) {
   const sm80::BwdParams& p = params.prob;
-  const int sq = p.seqlen_q, sk = p.seqlen_k;
+  const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
   const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
   const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
@@ -683,7 +707,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-    probs_and_grads(p, st, dpt, lse_s, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
+    probs_and_grads(p, w, st, dpt, lse_s, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
 
     // Pᵀ_h, dSᵀ_h into the buffer of step parity: row kv, 16-byte chunk q / 8 XOR kv % 8 (= g).
     // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1 after waiting for
@@ -758,7 +782,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 
     // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
     {
-      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + int64_t(w.b) * sq) * p.head_dim;
+      float* dq = p.dq_accum + dq_row(p, w, h) * p.head_dim;
 #pragma unroll
       for (int i = 0; i < kHalfDT; ++i) {
         const int col = d0 + 8 * i + 2 * t;
@@ -782,9 +806,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 
   // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
   // zeros for a block no query sees (no step: the accumulators never written).
-  T* dk = static_cast<T*>(p.dk) + w.b * p.dk_batch_stride + int64_t(w.kv0) * p.dk_row_stride +
+  T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
-  T* dv = static_cast<T*>(p.dv) + w.b * p.dv_batch_stride + int64_t(w.kv0) * p.dv_row_stride +
+  T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
           w.hk * p.dv_head_stride;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {

@@ -19,30 +19,41 @@ using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig
 
 // The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
 // dQ accumulator's box of kBlockM rows).
+// The tensor maps' batch and row extents: a varlen problem is one packed batch of total rows.
+struct BwdMapExtents {
+  int64_t batch, rows_q, rows_k;
+};
+inline BwdMapExtents map_extents(const sm80::BwdParams& p) {
+  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
+  return {p.batch, p.seqlen_q, p.seqlen_k};
+}
+
+// The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
+// dQ accumulator's box of kBlockM rows).
 template <int kHeadDim, bool kIsBf16>
 std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
   out->prob = p;
-  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+  const BwdMapExtents e = map_extents(p);
+  std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, e.batch, e.rows_q, p.heads_q, p.head_dim,
                                     p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
   if (why.empty())
-    why = encode_bshd_map(&out->tm_do, kIsBf16, p.dout, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v,
+    why = encode_bshd_map(&out->tm_do, kIsBf16, p.dout, e.batch, e.rows_q, p.heads_q, p.head_dim_v,
                           p.do_batch_stride, p.do_row_stride, p.do_head_stride, Kernel::kBlockM);
   if (why.empty())
-    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim,
+    why = encode_bshd_map(&out->tm_k, kIsBf16, p.k, e.batch, e.rows_k, p.heads_kv, p.head_dim,
                           p.k_batch_stride, p.k_row_stride, p.k_head_stride, Kernel::kBlockN);
   if (why.empty())
-    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v,
+    why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, e.batch, e.rows_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
   if (why.empty())
-    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, p.batch, p.seqlen_q, p.heads_q, p.head_dim, Kernel::kBlockM);
+    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, e.batch, e.rows_q, p.heads_q, p.head_dim, Kernel::kBlockM);
   return why;
 }
 
 template <int kHeadDim, bool kIsBf16>
 std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
-  if (p.cu_seqlens_q != nullptr) return "sm90 backward: varlen not implemented";
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -53,18 +64,19 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   if (Kernel::num_ctas(p) > INT32_MAX)
     return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^31 - 1 CTAs";
   // What the tensor maps need (bwd_launch encodes them).
-  std::string why = bshd_map_limits(p.q, p.batch, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
+  const BwdMapExtents e = map_extents(p);
+  std::string why = bshd_map_limits(p.q, e.batch, e.rows_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
                                     p.q_head_stride);
   if (why.empty())
-    why = bshd_map_limits(p.dout, p.batch, p.seqlen_q, p.heads_q, p.do_batch_stride, p.do_row_stride,
+    why = bshd_map_limits(p.dout, e.batch, e.rows_q, p.heads_q, p.do_batch_stride, p.do_row_stride,
                           p.do_head_stride);
   if (why.empty())
-    why = bshd_map_limits(p.k, p.batch, p.seqlen_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+    why = bshd_map_limits(p.k, e.batch, e.rows_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   if (why.empty())
-    why = bshd_map_limits(p.v, p.batch, p.seqlen_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+    why = bshd_map_limits(p.v, e.batch, e.rows_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   // The dQ accumulator's map: rows of head_dim floats (16-byte multiples, as head_dim % 8 == 0),
   // one head of the accumulator below 2^40 bytes.
-  if (why.empty() && int64_t(p.batch) * p.seqlen_q * p.head_dim * 4 >= (int64_t{1} << 40))
+  if (why.empty() && p.rows_q * p.head_dim * 4 >= (int64_t{1} << 40))
     why = "sm90 backward: one head of the dQ accumulator must be below 2^40 bytes";
   if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
   return why;

@@ -7,7 +7,7 @@
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
 //   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
-// (cp.reduce.async.bulk.tensor), in kv-block order in the deterministic mode.
+// (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode.
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 
@@ -123,8 +123,7 @@ struct BwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  // One CTA per (kv block, kv head, batch), kv block fastest (as sm80: deterministic mode waits
-  // on lower kv blocks, which are launched first).
+  // One CTA per (kv block, kv head, batch), kv block fastest (the order: operator()).
   static int64_t num_ctas(const sm80::BwdParams& p) {
     return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
   }
@@ -155,6 +154,13 @@ struct BwdKernel {
   __device__ __forceinline__ static int64_t stat_row(const sm80::BwdParams& p, const Steps& w, int h) {
     return p.cu_seqlens_q != nullptr ? int64_t(h) * p.total_q + w.q_first : (int64_t(w.b) * p.heads_q + h) * w.sq;
   }
+  // Deterministic mode: the number of dQ tiles added to the q block at q0 before this CTA's: the
+  // kv blocks that see it are contiguous up to the one holding its last row's last key, and add
+  // in descending order.
+  __device__ __forceinline__ static int dq_turn(const sm80::BwdParams& p, const Steps& w, int q0) {
+    const int q_last = min(q0 + kBlockM, w.sq) - 1;
+    return static_cast<int>((p.mask.key_end(q_last, w.sq, w.sk) - 1) / kBlockN) - w.kv_block;
+  }
   // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, D].
   __device__ __forceinline__ static int64_t dq_row(const sm80::BwdParams& p, const Steps& w, int h) {
     return int64_t(h) * p.rows_q + (p.cu_seqlens_q != nullptr ? w.q_first : int64_t(w.b) * w.sq);
@@ -178,7 +184,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
                                                                         char* smem_raw) const {
   const sm80::BwdParams& p = params.prob;
   Steps w;
-  w.kv_block = static_cast<int>(blockIdx.x % p.num_kv_blocks);
+  // kv block fastest; ascending (causal: the longest CTAs first), or in the deterministic mode
+  // descending: there the dQ tiles of a q block are added from the highest kv block down, so
+  // every CTA waits only on CTAs launched before it, each one step ahead of it (dq_turn).
+  const int nb = static_cast<int>(blockIdx.x % p.num_kv_blocks);
+  w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
   const int64_t rest = blockIdx.x / p.num_kv_blocks;
   w.hk = static_cast<int>(rest % p.heads_kv);
   w.b = static_cast<int>(rest / p.heads_kv);
@@ -304,8 +314,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
 // warp:: scope (warp 1 of the producer warpgroup). Per step: wait for the consumers' dQ tile
 // (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows past
 // sq are not written) from lane 0, and hand the tile back (dq_empty) once read. Deterministic
-// mode: the tiles of one (query head, q block) are added in ascending kv-block order; lane 0
-// waits for the counter of the lower blocks, and releases it once its own addition is complete.
+// mode: the tiles of one (query head, q block) are added in descending kv-block order; lane 0
+// waits for the counter of the higher blocks (dq_turn), and releases it once its own addition
+// is complete.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
                                                                        const Steps& w) {
@@ -321,9 +332,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
     if (lane == 0) {
       int* lock = nullptr;
       if (p.locks != nullptr) {
-        // The kv blocks that visit qb are contiguous from key_begin(q0) / kBlockN.
         lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-        const int expected = w.kv_block - static_cast<int>(p.mask.key_begin(q0, sq, sk) / kBlockN);
+        const int expected = dq_turn(p, w, q0);
         while (ptx::ld_acquire_gpu(lock) < expected) {
         }
         cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
@@ -727,13 +737,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     // Generic-proxy writes, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
 
-    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
-    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
+    // Deterministic mode: dQ of (h, qb) is accumulated in descending kv-block order; wait for
+    // the blocks above (dq_turn).
     int* lock = nullptr;
     if (p.locks != nullptr) {
       lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
       if (group == 0 && wtid == 0) {
-        const int expected = w.kv_block - static_cast<int>(mask.key_begin(q0, sq, sk) / kBlockN);
+        const int expected = dq_turn(p, w, q0);
         while (ptx::ld_acquire_gpu(lock) < expected) {
         }
       }

@@ -2,6 +2,7 @@
 // status strings, kernel names and the thread-local error text.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -48,9 +49,38 @@ TEST(Info, StatusStrings) {
   ASSERT_NE(unknown, nullptr);
 }
 
+// "<build>: <features>": the build of the CPU kernels in use, then what it was compiled for.
 TEST(Info, CpuFeatures) {
   const char* f = fa_cpu_features();
   ASSERT_NE(f, nullptr);
+  const std::string text(f);
+  const size_t colon = text.find(": ");
+  ASSERT_NE(colon, std::string::npos) << text;
+  const std::string build = text.substr(0, colon);
+  for (const char* name : {"native", "avx512bf16", "avx512", "avx2", "base"})
+    if (build == name) return;
+  ADD_FAILURE() << "unknown build '" << build << "' in '" << text << "'";
+}
+
+// A portable build runs the build FLASHATTN_CPU_ISA names when this CPU can run it (ctest runs
+// the CPU suites once per build name: tests/CMakeLists.txt).
+TEST(Info, CpuBuildFollowsRequest) {
+  const char* want = std::getenv("FLASHATTN_CPU_ISA");
+  if (want == nullptr) GTEST_SKIP() << "FLASHATTN_CPU_ISA is not set";
+  const std::string text(fa_cpu_features());
+  if (text.rfind("native:", 0) == 0) GTEST_SKIP() << "a native build has one build of the kernels";
+  const std::string w(want);
+  bool runs = w == "base";
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  runs = runs || (w == "avx2" && avx2) || (w == "avx512" && avx512) ||
+         (w == "avx512bf16" && avx512 && __builtin_cpu_supports("avx512bf16"));
+#endif
+  if (!runs) GTEST_SKIP() << "this CPU cannot run the " << w << " build";
+  EXPECT_EQ(text.substr(0, w.size() + 1), w + ":") << text;
 }
 
 // The compiled-kernel listing: empty without the CUDA backend, else every direction has an sm80 row

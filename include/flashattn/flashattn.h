@@ -137,7 +137,9 @@ FA_API fa_status fa_get_device_info(int32_t device, fa_device_info* info);
 /* The compiled CUDA kernels, one line each: direction, family, dtype, head dim, compute
  * capabilities, and what a kernel hands on to the next one ("" without the CUDA backend). */
 FA_API const char* fa_cuda_kernels(void);
-/* CPU vector features the CPU backend was compiled to use, e.g. "avx512f avx512bf16 fma". */
+/* The build of the CPU kernels in use and the vector features it was compiled for, as
+ * "<build>: <features>": "native: avx512f avx512bf16 fma ..." (built for the build machine), or in
+ * a portable x86-64 library the build chosen for this CPU, e.g. "avx2: avx2 avx fma sse4.2". */
 FA_API const char* fa_cpu_features(void);
 /* Sizes of the structs as this library was compiled (for bindings to check their layout). */
 FA_API size_t fa_sizeof_fwd_params(void);

@@ -13,11 +13,13 @@ namespace fa::cpu {
 void reference_fwd(const Problem& p);
 void reference_bwd(const Problem& p);
 
-// FlashAttention: Q blocks outer, K/V blocks inner, online softmax; extra memory O(tile).
+// FlashAttention: Q blocks outer, K/V blocks inner, online softmax; extra memory O(tile). Runs
+// the build of the vector kernels cpu/dispatch.cpp picked for this CPU (cpu/kernels.h).
 void flash_fwd(const Problem& p);
 void flash_bwd(const Problem& p);
 
-// Vector features this translation unit set was compiled with, e.g. "avx512f fma".
+// The build in use and the vector features it was compiled with, e.g. "native: avx512f fma" or,
+// in a portable build, "avx2: avx2 avx fma".
 const char* features();
 
 }  // namespace fa::cpu

@@ -11,6 +11,7 @@
 #include <exception>
 
 #include "api/problem.h"
+#include "cpu/isa.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -18,7 +19,7 @@
 
 #include "cpu/simd.h"  // the intrinsics headers, when compiled for AVX-512
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 
 // ---------------------------------------------------------------------------------------------
 // Storage types. bf16 and fp16 are 16-bit patterns; arithmetic is always in fp32 or wider.
@@ -212,9 +213,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-}  // namespace fa::cpu
+FA_CPU_END
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 
 // d[0..n) = scale · s[0..n) in fp32.
 template <class T>
@@ -296,4 +297,4 @@ void store_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, const 
   }
 }
 
-}  // namespace fa::cpu
+FA_CPU_END

@@ -1,10 +1,11 @@
 // CPU backend: which vector instruction sets this build of the CPU kernels was compiled for.
-// Reports compile-time macros only (the kernels use what they were built with); no runtime probing.
-#include "cpu/cpu_backend.h"
+// Reports compile-time macros only (the kernels use what they were built with); the run-time
+// choice between builds is cpu/dispatch.cpp's.
+#include "cpu/kernels.h"
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 
-const char* features() {
+const char* kernel_features() {
   static const char* const text = ""
 #if defined(__AVX512F__)
                                   " avx512f"
@@ -36,6 +37,9 @@ const char* features() {
 #if defined(__SSE4_2__)
                                   " sse4.2"
 #endif
+#if defined(__SSE2__) && !defined(__SSE4_2__)
+                                  " sse2"
+#endif
 #if defined(__ARM_NEON)
                                   " neon"
 #endif
@@ -50,4 +54,4 @@ const char* features() {
   return text[0] == ' ' ? text + 1 : text;
 }
 
-}  // namespace fa::cpu
+FA_CPU_END

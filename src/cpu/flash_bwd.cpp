@@ -20,13 +20,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 #include "cpu/flash_tiles.h"
+#include "cpu/kernels.h"
 #include "cpu/simd.h"
 #include "cpu/tile_gemm.h"
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 namespace {
 
 using namespace simd;
@@ -295,8 +295,8 @@ void bwd_impl(const Problem& p) {
 
 }  // namespace
 
-void flash_bwd(const Problem& p) {
+void flash_bwd_kernel(const Problem& p) {
   dispatch_dtype(p.dtype, [&](auto t) { bwd_impl<decltype(t)>(p); });
 }
 
-}  // namespace fa::cpu
+FA_CPU_END

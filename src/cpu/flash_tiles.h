@@ -4,10 +4,11 @@
 
 #include <cstdint>
 
+#include "cpu/isa.h"
 #include "cpu/simd.h"
 #include "cpu/tile_gemm.h"
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 
 // Forward: queries per block (the 16-lane columns of Sᵀ and the rows of O) and keys per block.
 // Bq = 192 is a multiple of both the 6-row register tile (P·V) and the 64-column panel (Sᵀ),
@@ -28,4 +29,4 @@ static_assert(kFwdBq % kMr == 0, "the forward's query block is whole register ti
 // x clamped to [-1, n + 1]: a key offset relative to a block of n keys, exact in fp32.
 inline int64_t clamp_rel(int64_t x, int64_t n) { return x < -1 ? -1 : (x > n + 1 ? n + 1 : x); }
 
-}  // namespace fa::cpu
+FA_CPU_END

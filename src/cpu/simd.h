@@ -16,7 +16,10 @@
 #pragma GCC diagnostic pop
 #endif
 
-namespace fa::cpu::simd {
+#include "cpu/isa.h"
+
+FA_CPU_BEGIN
+namespace simd {
 
 constexpr int kLanes = 16;
 
@@ -74,58 +77,77 @@ inline V16 exp2(V16 x) {
   return {_mm512_scalef_ps(p, n)};
 }
 
-#else  // generic vector extensions
+#else  // generic vector extensions: 16 lanes as kParts vectors of the machine's width
 
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
+// Vectors of the width the target has (AVX: 8 floats; SSE2, NEON: 4): GCC keeps those in
+// registers, while a 64-byte vector type on such a target goes through the stack.
+#if defined(__AVX__)
+constexpr int kPartLanes = 8;
+#else
+constexpr int kPartLanes = 4;
+#endif
+constexpr int kParts = kLanes / kPartLanes;
+typedef float vfp __attribute__((vector_size(kPartLanes * 4)));
+typedef int32_t vip __attribute__((vector_size(kPartLanes * 4)));
+// The same, for loads and stores at any float address.
+typedef float vfp_mem __attribute__((vector_size(kPartLanes * 4), aligned(4), may_alias));
 
 struct V16 {
-  vf16 v;
+  vfp p[kParts];
 };
-inline V16 load(const float* p) {
-  V16 r;
-  std::memcpy(&r.v, p, 64);
-  return r;
+// r.p[i] = expr for every part i (a macro: the parts loop stays a plain, unrolled loop).
+#define FA_SIMD_PARTS(expr)                         \
+  V16 r;                                            \
+  for (int i = 0; i < kParts; ++i) r.p[i] = (expr); \
+  return r
+
+inline V16 load(const float* q) { FA_SIMD_PARTS(*reinterpret_cast<const vfp_mem*>(q + i * kPartLanes)); }
+inline void store(float* q, V16 a) {
+  for (int i = 0; i < kParts; ++i) *reinterpret_cast<vfp_mem*>(q + i * kPartLanes) = a.p[i];
 }
-inline void store(float* p, V16 a) { std::memcpy(p, &a.v, 64); }
-inline V16 set1(float x) { return {vf16{} + x}; }
-inline V16 zero() { return {vf16{}}; }
-inline V16 operator+(V16 a, V16 b) { return {a.v + b.v}; }
-inline V16 operator-(V16 a, V16 b) { return {a.v - b.v}; }
-inline V16 operator*(V16 a, V16 b) { return {a.v * b.v}; }
-inline V16 operator/(V16 a, V16 b) { return {a.v / b.v}; }
-inline V16 fma(V16 a, V16 b, V16 c) { return {a.v * b.v + c.v}; }
-inline V16 fnma(V16 a, V16 b, V16 c) { return {c.v - a.v * b.v}; }
-inline V16 max(V16 a, V16 b) { return {a.v > b.v ? a.v : b.v}; }
-inline V16 min(V16 a, V16 b) { return {a.v < b.v ? a.v : b.v}; }
-inline V16 abs(V16 a) { return {a.v < 0 ? -a.v : a.v}; }
+inline V16 set1(float x) { FA_SIMD_PARTS(vfp{} + x); }
+inline V16 zero() { FA_SIMD_PARTS(vfp{}); }
+inline V16 operator+(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] + b.p[i]); }
+inline V16 operator-(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] - b.p[i]); }
+inline V16 operator*(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] * b.p[i]); }
+inline V16 operator/(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] / b.p[i]); }
+inline V16 fma(V16 a, V16 b, V16 c) { FA_SIMD_PARTS(a.p[i] * b.p[i] + c.p[i]); }
+inline V16 fnma(V16 a, V16 b, V16 c) { FA_SIMD_PARTS(c.p[i] - a.p[i] * b.p[i]); }
+inline V16 max(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] > b.p[i] ? a.p[i] : b.p[i]); }
+inline V16 min(V16 a, V16 b) { FA_SIMD_PARTS(a.p[i] < b.p[i] ? a.p[i] : b.p[i]); }
+inline V16 abs(V16 a) { FA_SIMD_PARTS(a.p[i] < 0 ? -a.p[i] : a.p[i]); }
 inline V16 keep_in_range(V16 a, V16 x, V16 lo, V16 hi, V16 other) {
-  return {(lo.v <= x.v) & (x.v < hi.v) ? a.v : other.v};
+  FA_SIMD_PARTS((lo.p[i] <= x.p[i]) & (x.p[i] < hi.p[i]) ? a.p[i] : other.p[i]);
 }
-inline V16 keep_if_eq(V16 a, V16 x, V16 y, V16 other) { return {x.v == y.v ? a.v : other.v}; }
-inline V16 select_abs_lt(V16 x, float t, V16 a, V16 b) { return {abs(x).v < t ? a.v : b.v}; }
-inline V16 with_sign_of(V16 a, V16 s) { return {s.v < 0 ? -a.v : a.v}; }
+inline V16 keep_if_eq(V16 a, V16 x, V16 y, V16 other) { FA_SIMD_PARTS(x.p[i] == y.p[i] ? a.p[i] : other.p[i]); }
+inline V16 select_abs_lt(V16 x, float t, V16 a, V16 b) {
+  const V16 ax = abs(x);
+  FA_SIMD_PARTS(ax.p[i] < t ? a.p[i] : b.p[i]);
+}
+inline V16 with_sign_of(V16 a, V16 s) { FA_SIMD_PARTS(s.p[i] < 0 ? -a.p[i] : a.p[i]); }
 
 // 2^x; exactly 0 for x <= -127 (also -inf), clamped at 2^127. Taylor degree 6: ~2e-7.
-inline V16 exp2(V16 x) {
-  const vf16 lo = vf16{} - 127.f, hi = vf16{} + 127.f;
-  vf16 xc = x.v < lo ? lo : x.v;
+inline vfp exp2_part(vfp x) {
+  const vfp lo = vfp{} - 127.f, hi = vfp{} + 127.f;
+  vfp xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  const vf16 magic = vf16{} + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const vf16 n = (xc + magic) - magic;
-  const vf16 f = (xc - n) * 0.6931471805599453f;
-  vf16 p = vf16{} + 1.f / 720.f;
+  const vfp magic = vfp{} + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  const vfp n = (xc + magic) - magic;
+  const vfp f = (xc - n) * 0.6931471805599453f;
+  vfp p = vfp{} + 1.f / 720.f;
   p = p * f + 1.f / 120.f;
   p = p * f + 1.f / 24.f;
   p = p * f + 1.f / 6.f;
   p = p * f + 0.5f;
   p = p * f + 1.f;
   p = p * f + 1.f;
-  const vi16 e = (__builtin_convertvector(n, vi16) + 127) << 23;  // n = -127 gives 0
-  vf16 scale;
-  std::memcpy(&scale, &e, 64);
-  return {p * scale};
+  const vip e = (__builtin_convertvector(n, vip) + 127) << 23;  // n = -127 gives 0
+  vfp scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  return p * scale;
 }
+inline V16 exp2(V16 x) { FA_SIMD_PARTS(exp2_part(x.p[i])); }
+#undef FA_SIMD_PARTS
 
 #endif
 
@@ -142,4 +164,5 @@ inline V16 tanh(V16 x) {
   return select_abs_lt(x, 0.2f, small, big);
 }
 
-}  // namespace fa::cpu::simd
+}  // namespace simd
+FA_CPU_END

@@ -8,9 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/isa.h"
 #include "cpu/simd.h"
 
-namespace fa::cpu {
+FA_CPU_BEGIN
 
 enum class Accum {
   store,      // C = A·B
@@ -29,10 +30,20 @@ struct Band {
   const int64_t* hi = nullptr;
 };
 
-// Register tile: kMr rows × kNv vectors of 16 lanes = 24 accumulators out of 32 zmm registers.
-// Measured (fwd, S=4096, D=128, fp32, 1 core): 6×4 beat 4×4 and 8×3.
+// Register tile: kMr rows × kNv vectors of 16 lanes. AVX-512: 24 accumulators out of 32 zmm
+// registers; measured (fwd, S=4096, D=128, fp32, 1 core): 6×4 beat 4×4 and 8×3. AVX2 (a vector
+// is 2 ymm of the 16): 6×1, measured 1.4× 6×2 and 1.1× 3×2 (fwd+bwd, S=1k, fp32, 2 cores); SSE2
+// and NEON (4 xmm / q registers a vector): 3×1 (2×1 to 6×1 within 5% on SSE2).
+#if defined(__AVX512F__)
 constexpr int kMr = 6;
 constexpr int kNv = 4;
+#elif defined(__AVX__)
+constexpr int kMr = 6;
+constexpr int kNv = 1;
+#else
+constexpr int kMr = 3;
+constexpr int kNv = 1;
+#endif
 
 namespace detail {
 
@@ -76,7 +87,7 @@ inline void micro_tile(int64_t K, const float* __restrict A, int64_t a_row, int6
 template <int MR, Accum mode>
 inline void micro_rows(int nv, int64_t K, const float* A, int64_t a_row, int64_t a_k, const float* B,
                        int64_t ldb, float* C, int64_t ldc, const float* alpha) {
-  static_assert(kNv == 4, "the switch below covers 1..4 vectors");
+  static_assert(kNv <= 4, "the switch below covers 1..4 vectors");
   switch (nv) {
     case 4: micro_tile<MR, 4, mode>(K, A, a_row, a_k, B, ldb, C, ldc, alpha); break;
     case 3: micro_tile<MR, 3, mode>(K, A, a_row, a_k, B, ldb, C, ldc, alpha); break;
@@ -93,7 +104,7 @@ template <Accum mode>
 void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, int64_t a_k,
                const float* B, int64_t ldb, float* C, int64_t ldc, const float* alpha = nullptr,
                Band band = {}) {
-  static_assert(kMr == 6, "the switch below covers 1..6 rows");
+  static_assert(kMr <= 6, "the switch below covers 1..6 rows");
   constexpr int64_t kPanel = kNv * simd::kLanes;
   // B panel (K × 64 floats) outer so that it stays in L1 while the row tiles of A pass by.
   for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
@@ -125,7 +136,7 @@ void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, i
   }
 }
 
-}  // namespace fa::cpu
+FA_CPU_END
 
 // ---------------------------------------------------------------------------------------------
 // bf16 pairs (AVX512-BF16): C[M, N] = A[M, K]·B[K, N] with bf16 A and B, fp32 C.
@@ -134,7 +145,7 @@ void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_row, i
 //   A: row-major bf16, A(m, k) = A[m·a_row + k], pairs (k, k+1) adjacent (k even).
 //   B: packed in pairs, B(k, n) = B[(k/2)·ldb + 2n + (k & 1)]  (see pack_pairs_transposed).
 #if defined(__AVX512BF16__)
-namespace fa::cpu {
+FA_CPU_BEGIN
 
 constexpr bool kHaveBf16Dot = true;
 
@@ -206,12 +217,12 @@ inline void tile_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, i
   }
 }
 
-}  // namespace fa::cpu
+FA_CPU_END
 #else
-namespace fa::cpu {
+FA_CPU_BEGIN
 constexpr bool kHaveBf16Dot = false;
 // Never called without AVX512-BF16 (guarded by kHaveBf16Dot); keeps the callers compiling.
 inline void tile_gemm_bf16(int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t,
                            float*, int64_t, Band = {}) {}
-}  // namespace fa::cpu
+FA_CPU_END
 #endif

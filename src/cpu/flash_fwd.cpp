@@ -38,6 +38,186 @@ struct FwdBuffers {
   std::vector<int64_t> klo, khi;  // [Bq] the same relative to the block, clamped to [0, bk]
 };
 
+// Decoding: at most kDecodeRows (query, head) rows a task (Sq·gq: one query of an MHA head, or
+// a GQA group of up to 8 heads). The block path below fills the 16 lanes with queries, and its
+// Sᵀ = K·Qᵀ costs D vector FMAs a key however few are real. Here the lanes run across the head
+// dim: a row's score for a key is ⌈D/16⌉ FMAs and one horizontal sum (K read once for all the
+// rows), the softmax runs with keys across the lanes, and P·V with Dv across them.
+constexpr int64_t kDecodeRows = 8;
+constexpr int64_t kDecodeBk = 256;
+
+struct DecodeBuffers {
+  std::vector<float> q;   // [R][Dp] the rows' queries, columns past D zero
+  std::vector<float> kv;  // [kDecodeBk][max(Dp, Dvp)] a K chunk, then a V chunk, as fp32
+  std::vector<float> s;   // [R][kDecodeBk] scores (log2 units), then P
+  std::vector<float> o;   // [R][Dvp] un-normalised O
+  float m[kDecodeRows], l[kDecodeRows], alpha[kDecodeRows];
+  int64_t kb[kDecodeRows], ke[kDecodeRows];
+};
+
+// s[r][j] = q_r·K_j for the bk keys of a chunk (rows of ldk floats, Dp of them read).
+template <int R>
+void decode_scores(const float* q, int64_t Dp, const float* kf, int64_t ldk, int64_t bk, float* s) {
+  for (int64_t j = 0; j < bk; ++j) {
+    const float* kr = kf + j * ldk;
+    V16 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = zero();
+    for (int64_t d = 0; d < Dp; d += kLanes) {
+      const V16 kv = load(kr + d);
+      for (int r = 0; r < R; ++r) acc[r] = fma(load(q + r * Dp + d), kv, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) s[r * kDecodeBk + j] = reduce_add(acc[r]);
+  }
+}
+
+// o_r = alpha_r·o_r + Σ_j P[r][j]·V_j over the bk keys of a chunk (rows of ldv floats). Keys
+// outer, so each V row is read as whole vectors in turn (rows are often far apart: BSHD); the
+// columns go in groups of kNV vectors, whose R·kNV accumulators stay in registers.
+template <int R>
+void decode_pv(const float* P, const float* vf, int64_t ldv, int64_t bk, int64_t Dvp, const float* alpha,
+               float* o) {
+  constexpr int kNV = R <= 2 ? 8 : (R <= 4 ? 4 : 2);
+  for (int64_t d0 = 0; d0 < Dvp; d0 += kNV * kLanes) {
+    const int nv = int(std::min<int64_t>(kNV, (Dvp - d0) / kLanes));
+    V16 acc[R][kNV];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kNV; ++c)
+        if (c < nv) acc[r][c] = load(o + r * Dvp + d0 + c * kLanes) * set1(alpha[r]);
+    for (int64_t j = 0; j < bk; ++j) {
+      const float* vj = vf + j * ldv + d0;
+      for (int c = 0; c < kNV; ++c) {
+        if (c >= nv) break;
+        const V16 vc = load(vj + c * kLanes);
+        for (int r = 0; r < R; ++r) acc[r][c] = fma(set1(P[r * kDecodeBk + j]), vc, acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kNV; ++c)
+        if (c < nv) store(o + r * Dvp + d0 + c * kLanes, acc[r][c]);
+  }
+}
+
+// One task of the decoding path: batch b, the gq query heads from h (a GQA group stacked, or one
+// head), every query of the sequence: R = sq·gq ≤ kDecodeRows rows, row r = query r / gq, head
+// h + r % gq. Each row's arithmetic is the same whatever R and gq are, so a sequence gets the
+// same bits alone or in a varlen batch.
+template <class T>
+void decode_task(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int64_t gq) {
+  const int64_t D = p.head_dim, Dv = p.head_dim_v, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
+  const Seq s = sequence(p, b);
+  const int64_t R = s.sq * gq;
+  if (R == 0) return;
+  const bool softcap = p.softcap > 0;
+  // Scores in log2 units as the block path: s' = f·S, or c·log2(e)·tanh(scale·S / c) with softcap.
+  const V16 f = set1(softcap ? 1.f : p.scale * kLog2e);
+  const V16 cap_in = set1(softcap ? p.scale / p.softcap : 0.f);
+  const V16 cap = set1(p.softcap * kLog2e);
+  alignas(64) static constexpr float kIota[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const V16 iota = load(kIota);
+  // K and V rows read in place when they are fp32 whole vectors; else converted a chunk at a time.
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  const bool k_in_place = kF32 && D % kLanes == 0, v_in_place = kF32 && Dv % kLanes == 0;
+
+  const T* q = row_ptr<const T>(p, p.q, b, s.q_row0, 0, h);
+  const T* k = row_ptr<const T>(p, p.k, b, s.k_row0, 0, h / p.group());
+  const T* v = row_ptr<const T>(p, p.v, b, s.k_row0, 0, h / p.group());
+  T* o = row_ptr<T>(p, p.o, b, s.q_row0, 0, h);
+  for (int64_t r = 0; r < R; ++r) {
+    const T* qr = q + (r / gq) * p.q.row_stride + (r % gq) * p.q.head_stride;
+    load_tile(qr, 0, 1, D, 1.f, bf.q.data() + r * Dp, Dp);
+    bf.m[r] = -kInf;
+    bf.l[r] = 0.f;
+    bf.kb[r] = p.mask.key_begin(r / gq, s.sq, s.sk);
+    bf.ke[r] = p.mask.key_end(r / gq, s.sq, s.sk);
+  }
+  std::fill(bf.o.begin(), bf.o.begin() + R * Dvp, 0.f);
+
+  // Keys any row sees (the ranges grow with the row).
+  const int64_t kbeg = bf.kb[0], kend = bf.ke[R - 1];
+  for (int64_t j0 = kbeg; j0 < kend; j0 += kDecodeBk) {
+    const int64_t bk = std::min(kDecodeBk, kend - j0), bkp = round_up(bk, kLanes);
+    if (j0 + bk < kend) {
+      const int64_t nk = std::min(kDecodeBk, kend - j0 - bk);
+      prefetch_tile(k + (j0 + bk) * p.k.row_stride, p.k.row_stride, nk, D);
+      prefetch_tile(v + (j0 + bk) * p.v.row_stride, p.v.row_stride, nk, Dv);
+    }
+    // Scores.
+    const float* kf = bf.kv.data();
+    int64_t ldk = Dp;
+    if (k_in_place) {
+      kf = reinterpret_cast<const float*>(k + j0 * p.k.row_stride);
+      ldk = p.k.row_stride;
+    } else {
+      load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.kv.data(), Dp);
+    }
+    float* sc = bf.s.data();
+    switch (R) {
+      case 1: decode_scores<1>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 2: decode_scores<2>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 3: decode_scores<3>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 4: decode_scores<4>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 5: decode_scores<5>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 6: decode_scores<6>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      case 7: decode_scores<7>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+      default: decode_scores<8>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+    }
+    // Online softmax per row, keys across the lanes (lanes past bk: -inf, P = 0).
+    for (int64_t r = 0; r < R; ++r) {
+      float* sr = sc + r * kDecodeBk;
+      for (int64_t j = bk; j < bkp; ++j) sr[j] = -kInf;
+      const V16 lo = set1(float(clamp_rel(bf.kb[r] - j0, bk))), hi = set1(float(clamp_rel(bf.ke[r] - j0, bk)));
+      V16 vmax = set1(-kInf);
+      for (int64_t j = 0; j < bkp; j += kLanes) {
+        V16 x = load(sr + j);
+        if (softcap) x = cap * simd::tanh(x * cap_in);
+        x = keep_in_range(x * f, iota + set1(float(j)), lo, hi, set1(-kInf));
+        store(sr + j, x);
+        vmax = max(vmax, x);
+      }
+      const float mx = std::max(bf.m[r], reduce_max(vmax));
+      // A row that has seen no key yet keeps m = -inf; subtract 0 instead (P stays 0).
+      const float m_use = mx == -kInf ? 0.f : mx;
+      V16 vsum = zero();
+      for (int64_t j = 0; j < bkp; j += kLanes) {
+        const V16 pj = exp2(load(sr + j) - set1(m_use));
+        store(sr + j, pj);
+        vsum = vsum + pj;
+      }
+      const float al = std::exp2(bf.m[r] - m_use);
+      bf.l[r] = al * bf.l[r] + reduce_add(vsum);
+      bf.m[r] = mx;
+      bf.alpha[r] = al;
+    }
+    // O = diag(alpha)·O + P·V.
+    const float* vf = bf.kv.data();
+    int64_t ldv = Dvp;
+    if (v_in_place) {
+      vf = reinterpret_cast<const float*>(v + j0 * p.v.row_stride);
+      ldv = p.v.row_stride;
+    } else {
+      load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.kv.data(), Dvp);
+    }
+    switch (R) {
+      case 1: decode_pv<1>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 2: decode_pv<2>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 3: decode_pv<3>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 4: decode_pv<4>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 5: decode_pv<5>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 6: decode_pv<6>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      case 7: decode_pv<7>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+      default: decode_pv<8>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
+    }
+  }
+
+  // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys (l = 0): O = 0, LSE = -inf.
+  for (int64_t r = 0; r < R; ++r) bf.alpha[r] = bf.l[r] == 0.f ? 0.f : 1.f / bf.l[r];
+  store_tile(bf.o.data(), Dvp, R, Dv, bf.alpha, o, p.o.row_stride, gq, p.o.head_stride);
+  if (p.lse) {
+    for (int64_t r = 0; r < R; ++r)
+      p.lse[lse_index(p, s, b, h + r % gq, r / gq)] = bf.l[r] == 0.f ? -kInf : (bf.m[r] + std::log2(bf.l[r])) * kLn2;
+  }
+}
+
 template <class T>
 void fwd_impl(const Problem& p) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v, Dvp = round_up(Dv, kLanes);
@@ -48,6 +228,10 @@ void fwd_impl(const Problem& p) {
   // block (stacking gained nothing there: GQA causal prefill S = 512–2048 ran 8–12 % slower).
   // gq heads and qpb queries per block.
   const int64_t gq = G > 1 && p.seqlen_q * G <= kFwdBq ? G : 1;
+  // Sequences with sq·G ≤ kDecodeRows take the decoding path (decode_task), a dense batch all or
+  // none of them; the block buffers are needed unless every sequence does.
+  const bool blocks = p.seqlen_q * G > kDecodeRows || p.cu_seqlens_q != nullptr;
+  const bool decodes = p.seqlen_q * G <= kDecodeRows || p.cu_seqlens_q != nullptr;
   const int64_t qpb = kFwdBq / gq;
   const int64_t nqb = (p.seqlen_q + qpb - 1) / qpb;
   const int64_t heads_per_task = p.heads_q / gq;
@@ -63,7 +247,14 @@ void fwd_impl(const Problem& p) {
   constexpr bool kPairs = kHaveBf16Dot && std::is_same_v<T, bf16>;
   const bool pairs = kPairs && D % 2 == 0;
   const int nt = thread_count(p);
-  std::vector<FwdBuffers> bufs(static_cast<size_t>(nt));
+  std::vector<DecodeBuffers> dbufs(decodes ? static_cast<size_t>(nt) : 0);
+  for (auto& bf : dbufs) {
+    bf.q.resize(size_t(kDecodeRows * round_up(D, kLanes)));
+    bf.kv.resize(size_t(kDecodeBk * std::max(round_up(D, kLanes), Dvp)));
+    bf.s.resize(size_t(kDecodeRows * kDecodeBk));
+    bf.o.resize(size_t(kDecodeRows * Dvp));
+  }
+  std::vector<FwdBuffers> bufs(blocks ? static_cast<size_t>(nt) : 0);
   for (auto& bf : bufs) {
     if (pairs)
       bf.qp.resize(size_t(D * kFwdBq));
@@ -85,6 +276,10 @@ void fwd_impl(const Problem& p) {
     const Seq s = sequence(p, b);
     const int64_t i0 = qb * qpb;
     if (i0 >= s.sq) continue;
+    if (s.sq * G <= kDecodeRows) {  // the whole sequence is one block (qb = 0)
+      decode_task<T>(p, dbufs[size_t(this_thread())], b, h, gq);
+      continue;
+    }
     const int64_t bq = (s.sq - i0 < qpb ? s.sq - i0 : qpb) * gq;  // rows: query i0 + r / gq, head h + r % gq
     // Columns of Sᵀ computed: the block's queries rounded up to whole 16-lane vectors (a short
     // block, e.g. one decoding query, does not pay for the full kFwdBq).

@@ -60,6 +60,10 @@ inline V16 with_sign_of(V16 a, V16 s) {
   return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), sign))};
 }
 
+// Sum and maximum of the 16 lanes.
+inline float reduce_add(V16 a) { return _mm512_reduce_add_ps(a.v); }
+inline float reduce_max(V16 a) { return _mm512_reduce_max_ps(a.v); }
+
 // 2^x; exactly 0 for x <= -200 (also -inf), +inf above 128, NaN for NaN. Taylor degree 6 on
 // |f| <= 1/2: relative error ~2e-7.
 inline V16 exp2(V16 x) {
@@ -125,6 +129,21 @@ inline V16 select_abs_lt(V16 x, float t, V16 a, V16 b) {
   FA_SIMD_PARTS(ax.p[i] < t ? a.p[i] : b.p[i]);
 }
 inline V16 with_sign_of(V16 a, V16 s) { FA_SIMD_PARTS(s.p[i] < 0 ? -a.p[i] : a.p[i]); }
+// Sum and maximum of the 16 lanes.
+inline float reduce_add(V16 a) {
+  vfp t = a.p[0];
+  for (int i = 1; i < kParts; ++i) t += a.p[i];
+  float r = t[0];
+  for (int i = 1; i < kPartLanes; ++i) r += t[i];
+  return r;
+}
+inline float reduce_max(V16 a) {
+  vfp t = a.p[0];
+  for (int i = 1; i < kParts; ++i) t = t > a.p[i] ? t : a.p[i];
+  float r = t[0];
+  for (int i = 1; i < kPartLanes; ++i) r = r > t[i] ? r : t[i];
+  return r;
+}
 
 // 2^x; exactly 0 for x <= -127 (also -inf), clamped at 2^127. Taylor degree 6: ~2e-7.
 inline vfp exp2_part(vfp x) {

@@ -55,15 +55,30 @@ struct DecodeBuffers {
   int64_t kb[kDecodeRows], ke[kDecodeRows];
 };
 
-// s[r][j] = q_r·K_j for the bk keys of a chunk (rows of ldk floats, Dp of them read).
+// s[r][j] = q_r·K_j for the bk keys of a chunk (rows of ldk floats, Dp of them read). kKeys
+// keys at a time, so that R·kKeys FMA chains are in flight (one row alone is latency-bound).
 template <int R>
 void decode_scores(const float* q, int64_t Dp, const float* kf, int64_t ldk, int64_t bk, float* s) {
-  for (int64_t j = 0; j < bk; ++j) {
-    const float* kr = kf + j * ldk;
+  constexpr int kKeys = R == 1 ? 4 : (R <= 3 ? 2 : 1);
+  int64_t j = 0;
+  for (; j + kKeys <= bk; j += kKeys) {
+    V16 acc[R][kKeys];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kKeys; ++u) acc[r][u] = zero();
+    for (int64_t d = 0; d < Dp; d += kLanes) {
+      for (int u = 0; u < kKeys; ++u) {
+        const V16 kv = load(kf + (j + u) * ldk + d);
+        for (int r = 0; r < R; ++r) acc[r][u] = fma(load(q + r * Dp + d), kv, acc[r][u]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kKeys; ++u) s[r * kDecodeBk + j + u] = reduce_add(acc[r][u]);
+  }
+  for (; j < bk; ++j) {
     V16 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = zero();
     for (int64_t d = 0; d < Dp; d += kLanes) {
-      const V16 kv = load(kr + d);
+      const V16 kv = load(kf + j * ldk + d);
       for (int r = 0; r < R; ++r) acc[r] = fma(load(q + r * Dp + d), kv, acc[r]);
     }
     for (int r = 0; r < R; ++r) s[r * kDecodeBk + j] = reduce_add(acc[r]);

@@ -45,6 +45,10 @@ struct FwdBuffers {
 // rows), the softmax runs with keys across the lanes, and P·V with Dv across them.
 constexpr int64_t kDecodeRows = 8;
 constexpr int64_t kDecodeBk = 256;
+// A sequence's visible keys are split into items of this many (a fixed count, so the bits do not
+// depend on the thread count or the batch), run in parallel and merged in order: decoding one
+// sequence on many cores.
+constexpr int64_t kDecodeSplitKeys = 1024;
 
 struct DecodeBuffers {
   std::vector<float> q;   // [R][Dp] the rows' queries, columns past D zero
@@ -112,12 +116,15 @@ void decode_pv(const float* P, const float* vf, int64_t ldv, int64_t bk, int64_t
   }
 }
 
-// One task of the decoding path: batch b, the gq query heads from h (a GQA group stacked, or one
+// One item of the decoding path: batch b, the gq query heads from h (a GQA group stacked, or one
 // head), every query of the sequence: R = sq·gq ≤ kDecodeRows rows, row r = query r / gq, head
-// h + r % gq. Each row's arithmetic is the same whatever R and gq are, so a sequence gets the
-// same bits alone or in a varlen batch.
+// h + r % gq; the keys of [j_begin, j_end) only. With part == nullptr the item covers every key
+// and writes O and LSE; else it leaves its rows' running max, sum and un-normalised O in part
+// (R rows of Dvp + 2 floats: m, l, O) for decode_merge. Each row's arithmetic is the same
+// whatever R and gq are, so a sequence gets the same bits alone or in a varlen batch.
 template <class T>
-void decode_task(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int64_t gq) {
+void decode_item(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int64_t gq, int64_t j_begin,
+                 int64_t j_end, float* part) {
   const int64_t D = p.head_dim, Dv = p.head_dim_v, Dp = round_up(D, kLanes), Dvp = round_up(Dv, kLanes);
   const Seq s = sequence(p, b);
   const int64_t R = s.sq * gq;
@@ -147,8 +154,8 @@ void decode_task(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
   }
   std::fill(bf.o.begin(), bf.o.begin() + R * Dvp, 0.f);
 
-  // Keys any row sees (the ranges grow with the row).
-  const int64_t kbeg = bf.kb[0], kend = bf.ke[R - 1];
+  // Keys any row sees (the ranges grow with the row), within this item's.
+  const int64_t kbeg = std::max(bf.kb[0], j_begin), kend = std::min(bf.ke[R - 1], j_end);
   for (int64_t j0 = kbeg; j0 < kend; j0 += kDecodeBk) {
     const int64_t bk = std::min(kDecodeBk, kend - j0), bkp = round_up(bk, kLanes);
     if (j0 + bk < kend) {
@@ -224,12 +231,105 @@ void decode_task(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
     }
   }
 
+  if (part != nullptr) {
+    for (int64_t r = 0; r < R; ++r) {
+      float* pr = part + r * (Dvp + 2);
+      pr[0] = bf.m[r];
+      pr[1] = bf.l[r];
+      std::copy(bf.o.begin() + r * Dvp, bf.o.begin() + (r + 1) * Dvp, pr + 2);
+    }
+    return;
+  }
   // O = O / l;  LSE = ln2·(m + log2 l);  a row without keys (l = 0): O = 0, LSE = -inf.
   for (int64_t r = 0; r < R; ++r) bf.alpha[r] = bf.l[r] == 0.f ? 0.f : 1.f / bf.l[r];
   store_tile(bf.o.data(), Dvp, R, Dv, bf.alpha, o, p.o.row_stride, gq, p.o.head_stride);
   if (p.lse) {
     for (int64_t r = 0; r < R; ++r)
       p.lse[lse_index(p, s, b, h + r % gq, r / gq)] = bf.l[r] == 0.f ? -kInf : (bf.m[r] + std::log2(bf.l[r])) * kLn2;
+  }
+}
+
+// Merges the n partial results of one (b, h) unit, in order: M = max m_i; L = Σ l_i·2^(m_i − M);
+// O = Σ O_i·2^(m_i − M) / L; LSE = ln2·(M + log2 L); a row without keys: O = 0, LSE = -inf.
+template <class T>
+void decode_merge(const Problem& p, int64_t b, int64_t h, int64_t gq, const float* parts, int64_t n, float* o_acc) {
+  const int64_t Dv = p.head_dim_v, Dvp = round_up(Dv, kLanes);
+  const Seq s = sequence(p, b);
+  const int64_t R = s.sq * gq, stride = R * (Dvp + 2);
+  T* o = row_ptr<T>(p, p.o, b, s.q_row0, 0, h);
+  for (int64_t r = 0; r < R; ++r) {
+    float M = -kInf;
+    for (int64_t i = 0; i < n; ++i) M = std::max(M, parts[i * stride + r * (Dvp + 2)]);
+    const float m_use = M == -kInf ? 0.f : M;
+    float L = 0.f;
+    std::fill(o_acc, o_acc + Dvp, 0.f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* pr = parts + i * stride + r * (Dvp + 2);
+      const float w = std::exp2(pr[0] - m_use);
+      L += w * pr[1];
+      for (int64_t d = 0; d < Dvp; d += kLanes) store(o_acc + d, fma(set1(w), load(pr + 2 + d), load(o_acc + d)));
+    }
+    const float inv = L == 0.f ? 0.f : 1.f / L;
+    store_tile(o_acc, Dvp, 1, Dv, &inv, o + (r / gq) * p.o.row_stride + (r % gq) * p.o.head_stride, 0);
+    if (p.lse) p.lse[lse_index(p, s, b, h + r % gq, r / gq)] = L == 0.f ? -kInf : (M + std::log2(L)) * kLn2;
+  }
+}
+
+// Every decoding sequence (sq·G ≤ kDecodeRows) of p: items of at most kDecodeSplitKeys visible
+// keys each, in parallel, then the merge of the sequences that had more than one.
+template <class T>
+void decode_all(const Problem& p, int64_t gq, int nt) {
+  const int64_t D = p.head_dim, Dp = round_up(D, kLanes), Dvp = round_up(p.head_dim_v, kLanes);
+  const int64_t G = p.group(), heads_per_unit = p.heads_q / gq;
+  struct Item {
+    int64_t b, h, j_begin, j_end, part;  // part: offset in parts, or -1 (a whole sequence)
+  };
+  struct Unit {
+    int64_t b, h, part, n;
+  };
+  std::vector<Item> items;
+  std::vector<Unit> merges;
+  int64_t part_floats = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Seq s = sequence(p, b);
+    if (s.sq == 0 || s.sq * G > kDecodeRows) continue;
+    // The visible keys of the sequence's rows: from the first query's first to the last's last.
+    const int64_t kbeg = p.mask.key_begin(0, s.sq, s.sk), kend = p.mask.key_end(s.sq - 1, s.sq, s.sk);
+    const int64_t n = kend > kbeg ? (kend - kbeg + kDecodeSplitKeys - 1) / kDecodeSplitKeys : 1;
+    const int64_t stride = s.sq * gq * (Dvp + 2);
+    for (int64_t u = 0; u < heads_per_unit; ++u) {
+      const int64_t h = u * gq;
+      if (n == 1) {
+        items.push_back({b, h, kbeg, std::max(kend, kbeg), -1});
+        continue;
+      }
+      merges.push_back({b, h, part_floats, n});
+      for (int64_t i = 0; i < n; ++i)
+        items.push_back({b, h, kbeg + i * kDecodeSplitKeys, std::min(kend, kbeg + (i + 1) * kDecodeSplitKeys),
+                         part_floats + i * stride});
+      part_floats += n * stride;
+    }
+  }
+  if (items.empty()) return;
+  std::vector<float> parts(static_cast<size_t>(part_floats));
+  std::vector<DecodeBuffers> bufs(static_cast<size_t>(nt));
+  for (auto& bf : bufs) {
+    bf.q.resize(size_t(kDecodeRows * Dp));
+    bf.kv.resize(size_t(kDecodeBk * std::max(Dp, Dvp)));
+    bf.s.resize(size_t(kDecodeRows * kDecodeBk));
+    bf.o.resize(size_t(kDecodeRows * Dvp));
+  }
+  const int64_t n_items = int64_t(items.size()), n_merges = int64_t(merges.size());
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_items; ++i) {
+    const Item& it = items[size_t(i)];
+    decode_item<T>(p, bufs[size_t(this_thread())], it.b, it.h, gq, it.j_begin, it.j_end,
+                   it.part < 0 ? nullptr : parts.data() + it.part);
+  }
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_merges; ++i) {
+    const Unit& m = merges[size_t(i)];
+    decode_merge<T>(p, m.b, m.h, gq, parts.data() + m.part, m.n, bufs[size_t(this_thread())].o.data());
   }
 }
 
@@ -243,8 +343,8 @@ void fwd_impl(const Problem& p) {
   // block (stacking gained nothing there: GQA causal prefill S = 512–2048 ran 8–12 % slower).
   // gq heads and qpb queries per block.
   const int64_t gq = G > 1 && p.seqlen_q * G <= kFwdBq ? G : 1;
-  // Sequences with sq·G ≤ kDecodeRows take the decoding path (decode_task), a dense batch all or
-  // none of them; the block buffers are needed unless every sequence does.
+  // Sequences with sq·G ≤ kDecodeRows take the decoding path (decode_all), a dense batch all or
+  // none of them.
   const bool blocks = p.seqlen_q * G > kDecodeRows || p.cu_seqlens_q != nullptr;
   const bool decodes = p.seqlen_q * G <= kDecodeRows || p.cu_seqlens_q != nullptr;
   const int64_t qpb = kFwdBq / gq;
@@ -262,14 +362,9 @@ void fwd_impl(const Problem& p) {
   constexpr bool kPairs = kHaveBf16Dot && std::is_same_v<T, bf16>;
   const bool pairs = kPairs && D % 2 == 0;
   const int nt = thread_count(p);
-  std::vector<DecodeBuffers> dbufs(decodes ? static_cast<size_t>(nt) : 0);
-  for (auto& bf : dbufs) {
-    bf.q.resize(size_t(kDecodeRows * round_up(D, kLanes)));
-    bf.kv.resize(size_t(kDecodeBk * std::max(round_up(D, kLanes), Dvp)));
-    bf.s.resize(size_t(kDecodeRows * kDecodeBk));
-    bf.o.resize(size_t(kDecodeRows * Dvp));
-  }
-  std::vector<FwdBuffers> bufs(blocks ? static_cast<size_t>(nt) : 0);
+  if (decodes) decode_all<T>(p, gq, nt);
+  if (!blocks) return;
+  std::vector<FwdBuffers> bufs(static_cast<size_t>(nt));
   for (auto& bf : bufs) {
     if (pairs)
       bf.qp.resize(size_t(D * kFwdBq));
@@ -291,10 +386,7 @@ void fwd_impl(const Problem& p) {
     const Seq s = sequence(p, b);
     const int64_t i0 = qb * qpb;
     if (i0 >= s.sq) continue;
-    if (s.sq * G <= kDecodeRows) {  // the whole sequence is one block (qb = 0)
-      decode_task<T>(p, dbufs[size_t(this_thread())], b, h, gq);
-      continue;
-    }
+    if (s.sq * G <= kDecodeRows) continue;  // decode_all's
     const int64_t bq = (s.sq - i0 < qpb ? s.sq - i0 : qpb) * gq;  // rows: query i0 + r / gq, head h + r % gq
     // Columns of Sᵀ computed: the block's queries rounded up to whole 16-lane vectors (a short
     // block, e.g. one decoding query, does not pay for the full kFwdBq).

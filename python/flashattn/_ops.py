@@ -492,5 +492,32 @@ def _varlen_fwd_backward(ctx, dout, dlse):
 varlen_fwd.register_autograd(_varlen_fwd_backward, setup_context=_varlen_fwd_setup_context)
 
 
+class _EagerVarlenAttention(torch.autograd.Function):
+    """flashattn::varlen_fwd and its autograd without the op layer (see _EagerAttention)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+        out, lse = _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr)
+        _varlen_fwd_setup_context(ctx, (q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det),
+                                  (out, lse))
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+def varlen_attention_fwd(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, softcap: float, causal: bool,
+                         wl: int, wr: int, det: bool):
+    """(out, lse) of flashattn::varlen_fwd with its autograd, as attention_fwd: the direct path
+    for plain eager calls, the op otherwise. Callers have checked the tensors and cu_seqlens."""
+    if _plain_eager(q, k, v, cu_q, cu_k):
+        return _EagerVarlenAttention.apply(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
+    return varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
+
+
 def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0

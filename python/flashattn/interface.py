@@ -3,7 +3,7 @@
 flash_attn_func and friends are drop-ins for flash-attn's functions of the same names (BSHD,
 bottom-right causal, natural-log LSE); `attention` is the SDPA-style entry that also takes
 BHSD through strides. Both call the custom ops of _ops.py (in plain eager calls, the same functions without the op
-layer: _ops.attention_fwd); nothing here touches the library.
+layer: _ops.attention_fwd, _ops.varlen_attention_fwd); nothing here touches the library.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def flash_attn_varlen_func(
     wl, wr = _window("window_size", window_size)
     cap = _softcap("softcap", softcap, 0.0)
     q, k, v, dv = _pad_head_dims(q, k, v)
-    out, lse = _ops.varlen_fwd(
+    out, lse = _ops.varlen_attention_fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, cap, bool(causal), wl, wr, bool(deterministic)
     )
     out = out[..., :dv] if out.shape[-1] != dv else out

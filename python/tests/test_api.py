@@ -257,15 +257,19 @@ def test_opcheck(device, varlen):
     torch.library.opcheck(bwd, bargs)
 
 
-def test_eager_path_matches_op(device):
-    """Plain eager calls skip the op layer (_ops.attention_fwd): same outputs and gradients,
-    bitwise, as the custom op with its registered autograd; traced calls take the op."""
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_eager_path_matches_op(device, varlen):
+    """Plain eager calls skip the op layer (_ops.attention_fwd, _ops.varlen_attention_fwd): same
+    outputs and gradients, bitwise, as the custom op with its registered autograd; traced calls
+    take the op."""
     from flashattn import _ops
 
-    q, k, v, *rest = _op_inputs(device, varlen=False)
+    q, k, v, *rest = _op_inputs(device, varlen=varlen)
     assert _ops._plain_eager(q, k, v)
+    eager = _ops.varlen_attention_fwd if varlen else _ops.attention_fwd
+    op = torch.ops.flashattn.varlen_fwd if varlen else torch.ops.flashattn.fwd
     grads = []
-    for run in (lambda: _ops.attention_fwd(q, k, v, *rest), lambda: torch.ops.flashattn.fwd(q, k, v, *rest)):
+    for run in (lambda: eager(q, k, v, *rest), lambda: op(q, k, v, *rest)):
         out, lse = run()
         dout = torch.ones_like(out)
         grads.append((out, lse) + torch.autograd.grad(out, (q, k, v), dout))

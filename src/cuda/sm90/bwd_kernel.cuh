@@ -7,7 +7,8 @@
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
 //   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
-// (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode.
+// (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode. Head
+// dim 256 runs the split-D schedule instead (consumer_split_d).
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 

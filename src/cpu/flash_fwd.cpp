@@ -52,12 +52,41 @@ constexpr int64_t kDecodeSplitKeys = 1024;
 
 struct DecodeBuffers {
   std::vector<float> q;   // [R][Dp] the rows' queries, columns past D zero
+  std::vector<uint16_t> qh;  // [R][D] the same as bf16 (the BF16 dot-product scores)
   std::vector<float> kv;  // [kDecodeBk][max(Dp, Dvp)] a K chunk, then a V chunk, as fp32
   std::vector<float> s;   // [R][kDecodeBk] scores (log2 units), then P
   std::vector<float> o;   // [R][Dvp] un-normalised O
   float m[kDecodeRows], l[kDecodeRows], alpha[kDecodeRows];
   int64_t kb[kDecodeRows], ke[kDecodeRows];
 };
+
+// Calls f(std::integral_constant<int, R>) for the row count R in 1..kDecodeRows.
+template <class F>
+void with_rows(int64_t R, F&& f) {
+  switch (R) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+// 16 values of a K or V row as fp32: fp32 as they are; bf16 (AVX-512 builds) by a shift into
+// the top of each 32-bit word (exact).
+inline V16 load_row(const float* p) { return load(p); }
+#if defined(__AVX512F__)
+constexpr bool kBf16Rows = true;
+inline V16 load_row(const bf16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+#else
+constexpr bool kBf16Rows = false;
+#endif
 
 // s[r][j] = q_r·K_j for the bk keys of a chunk (rows of ldk floats, Dp of them read). kKeys
 // keys at a time, so that R·kKeys FMA chains are in flight (one row alone is latency-bound).
@@ -89,11 +118,38 @@ void decode_scores(const float* q, int64_t Dp, const float* kf, int64_t ldk, int
   }
 }
 
+#if defined(__AVX512BF16__)
+// The same for bf16 q and K (D a multiple of 32, K read in place: whole rows of 64-byte
+// vectors) by exact bf16 products into fp32 (vdpbf16ps, two products a lane).
+template <int R>
+void decode_scores_bf16(const uint16_t* q, int64_t D, const uint16_t* k, int64_t ldk, int64_t bk, float* s) {
+  constexpr int kKeys = R == 1 ? 4 : (R <= 3 ? 2 : 1);
+  const auto keys = [&](int64_t j, auto n) {
+    constexpr int kN = decltype(n)::value;
+    __m512 acc[R][kN];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kN; ++u) acc[r][u] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 32) {
+      for (int u = 0; u < kN; ++u) {
+        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + (j + u) * ldk + d);
+        for (int r = 0; r < R; ++r)
+          acc[r][u] = _mm512_dpbf16_ps(acc[r][u], (__m512bh)_mm512_loadu_si512(q + r * D + d), kv);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < kN; ++u) s[r * kDecodeBk + j + u] = _mm512_reduce_add_ps(acc[r][u]);
+  };
+  int64_t j = 0;
+  for (; j + kKeys <= bk; j += kKeys) keys(j, std::integral_constant<int, kKeys>{});
+  for (; j < bk; ++j) keys(j, std::integral_constant<int, 1>{});
+}
+#endif
+
 // o_r = alpha_r·o_r + Σ_j P[r][j]·V_j over the bk keys of a chunk (rows of ldv floats). Keys
 // outer, so each V row is read as whole vectors in turn (rows are often far apart: BSHD); the
 // columns go in groups of kNV vectors, whose R·kNV accumulators stay in registers.
-template <int R>
-void decode_pv(const float* P, const float* vf, int64_t ldv, int64_t bk, int64_t Dvp, const float* alpha,
+template <int R, class TV>
+void decode_pv(const float* P, const TV* vf, int64_t ldv, int64_t bk, int64_t Dvp, const float* alpha,
                float* o) {
   constexpr int kNV = R <= 2 ? 8 : (R <= 4 ? 4 : 2);
   for (int64_t d0 = 0; d0 < Dvp; d0 += kNV * kLanes) {
@@ -103,10 +159,10 @@ void decode_pv(const float* P, const float* vf, int64_t ldv, int64_t bk, int64_t
       for (int c = 0; c < kNV; ++c)
         if (c < nv) acc[r][c] = load(o + r * Dvp + d0 + c * kLanes) * set1(alpha[r]);
     for (int64_t j = 0; j < bk; ++j) {
-      const float* vj = vf + j * ldv + d0;
+      const TV* vj = vf + j * ldv + d0;
       for (int c = 0; c < kNV; ++c) {
         if (c >= nv) break;
-        const V16 vc = load(vj + c * kLanes);
+        const V16 vc = load_row(vj + c * kLanes);
         for (int r = 0; r < R; ++r) acc[r][c] = fma(set1(P[r * kDecodeBk + j]), vc, acc[r][c]);
       }
     }
@@ -136,9 +192,13 @@ void decode_item(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
   const V16 cap = set1(p.softcap * kLog2e);
   alignas(64) static constexpr float kIota[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const V16 iota = load(kIota);
-  // K and V rows read in place when they are fp32 whole vectors; else converted a chunk at a time.
-  constexpr bool kF32 = std::is_same_v<T, float>;
-  const bool k_in_place = kF32 && D % kLanes == 0, v_in_place = kF32 && Dv % kLanes == 0;
+  // K and V rows read in place when they are whole vectors: fp32; bf16 K with BF16 dot products
+  // (D a multiple of 32), bf16 V in AVX-512 builds. Else converted to fp32 a chunk at a time.
+  constexpr bool kF32 = std::is_same_v<T, float>, kBf16 = std::is_same_v<T, bf16>;
+  const bool k_in_place = kF32 && D % kLanes == 0;
+  const bool k_bf16_dot = kBf16 && kHaveBf16Dot && D % 32 == 0;
+  constexpr bool kVRows = kF32 || (kBf16 && kBf16Rows);  // load_row reads T
+  const bool v_in_place = kVRows && Dv % kLanes == 0;
 
   const T* q = row_ptr<const T>(p, p.q, b, s.q_row0, 0, h);
   const T* k = row_ptr<const T>(p, p.k, b, s.k_row0, 0, h / p.group());
@@ -147,6 +207,7 @@ void decode_item(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
   for (int64_t r = 0; r < R; ++r) {
     const T* qr = q + (r / gq) * p.q.row_stride + (r % gq) * p.q.head_stride;
     load_tile(qr, 0, 1, D, 1.f, bf.q.data() + r * Dp, Dp);
+    if (k_bf16_dot) std::memcpy(bf.qh.data() + r * D, qr, size_t(D) * 2);
     bf.m[r] = -kInf;
     bf.l[r] = 0.f;
     bf.kb[r] = p.mask.key_begin(r / gq, s.sq, s.sk);
@@ -164,24 +225,27 @@ void decode_item(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
       prefetch_tile(v + (j0 + bk) * p.v.row_stride, p.v.row_stride, nk, Dv);
     }
     // Scores.
-    const float* kf = bf.kv.data();
-    int64_t ldk = Dp;
-    if (k_in_place) {
-      kf = reinterpret_cast<const float*>(k + j0 * p.k.row_stride);
-      ldk = p.k.row_stride;
-    } else {
-      load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.kv.data(), Dp);
-    }
     float* sc = bf.s.data();
-    switch (R) {
-      case 1: decode_scores<1>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 2: decode_scores<2>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 3: decode_scores<3>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 4: decode_scores<4>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 5: decode_scores<5>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 6: decode_scores<6>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      case 7: decode_scores<7>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
-      default: decode_scores<8>(bf.q.data(), Dp, kf, ldk, bk, sc); break;
+    if constexpr (kHaveBf16Dot && kBf16) {
+      if (k_bf16_dot) {
+#if defined(__AVX512BF16__)
+        with_rows(R, [&](auto rc) {
+          decode_scores_bf16<decltype(rc)::value>(bf.qh.data(), D, reinterpret_cast<const uint16_t*>(k + j0 * p.k.row_stride),
+                                                  p.k.row_stride, bk, sc);
+        });
+#endif
+      }
+    }
+    if (!k_bf16_dot) {
+      const float* kf = bf.kv.data();
+      int64_t ldk = Dp;
+      if (k_in_place) {
+        kf = reinterpret_cast<const float*>(k + j0 * p.k.row_stride);
+        ldk = p.k.row_stride;
+      } else {
+        load_tile(k + j0 * p.k.row_stride, p.k.row_stride, bk, D, 1.f, bf.kv.data(), Dp);
+      }
+      with_rows(R, [&](auto rc) { decode_scores<decltype(rc)::value>(bf.q.data(), Dp, kf, ldk, bk, sc); });
     }
     // Online softmax per row, keys across the lanes (lanes past bk: -inf, P = 0).
     for (int64_t r = 0; r < R; ++r) {
@@ -211,24 +275,14 @@ void decode_item(const Problem& p, DecodeBuffers& bf, int64_t b, int64_t h, int6
       bf.alpha[r] = al;
     }
     // O = diag(alpha)·O + P·V.
-    const float* vf = bf.kv.data();
-    int64_t ldv = Dvp;
-    if (v_in_place) {
-      vf = reinterpret_cast<const float*>(v + j0 * p.v.row_stride);
-      ldv = p.v.row_stride;
-    } else {
+    with_rows(R, [&](auto rc) {
+      constexpr int kR = decltype(rc)::value;
+      if constexpr (kVRows) {
+        if (v_in_place) return decode_pv<kR>(sc, v + j0 * p.v.row_stride, p.v.row_stride, bk, Dvp, bf.alpha, bf.o.data());
+      }
       load_tile(v + j0 * p.v.row_stride, p.v.row_stride, bk, Dv, 1.f, bf.kv.data(), Dvp);
-    }
-    switch (R) {
-      case 1: decode_pv<1>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 2: decode_pv<2>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 3: decode_pv<3>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 4: decode_pv<4>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 5: decode_pv<5>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 6: decode_pv<6>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      case 7: decode_pv<7>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-      default: decode_pv<8>(sc, vf, ldv, bk, Dvp, bf.alpha, bf.o.data()); break;
-    }
+      decode_pv<kR>(sc, static_cast<const float*>(bf.kv.data()), Dvp, bk, Dvp, bf.alpha, bf.o.data());
+    });
   }
 
   if (part != nullptr) {
@@ -315,6 +369,7 @@ void decode_all(const Problem& p, int64_t gq, int nt) {
   std::vector<DecodeBuffers> bufs(static_cast<size_t>(nt));
   for (auto& bf : bufs) {
     bf.q.resize(size_t(kDecodeRows * Dp));
+    bf.qh.resize(size_t(kDecodeRows * D));
     bf.kv.resize(size_t(kDecodeBk * std::max(Dp, Dvp)));
     bf.s.resize(size_t(kDecodeRows * kDecodeBk));
     bf.o.resize(size_t(kDecodeRows * Dvp));

@@ -93,29 +93,23 @@ constexpr bool kBf16Rows = false;
 template <int R>
 void decode_scores(const float* q, int64_t Dp, const float* kf, int64_t ldk, int64_t bk, float* s) {
   constexpr int kKeys = R == 1 ? 4 : (R <= 3 ? 2 : 1);
-  int64_t j = 0;
-  for (; j + kKeys <= bk; j += kKeys) {
-    V16 acc[R][kKeys];
+  const auto keys = [&](int64_t j, auto n) {
+    constexpr int kN = decltype(n)::value;
+    V16 acc[R][kN];
     for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kKeys; ++u) acc[r][u] = zero();
+      for (int u = 0; u < kN; ++u) acc[r][u] = zero();
     for (int64_t d = 0; d < Dp; d += kLanes) {
-      for (int u = 0; u < kKeys; ++u) {
+      for (int u = 0; u < kN; ++u) {
         const V16 kv = load(kf + (j + u) * ldk + d);
         for (int r = 0; r < R; ++r) acc[r][u] = fma(load(q + r * Dp + d), kv, acc[r][u]);
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int u = 0; u < kKeys; ++u) s[r * kDecodeBk + j + u] = reduce_add(acc[r][u]);
-  }
-  for (; j < bk; ++j) {
-    V16 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = zero();
-    for (int64_t d = 0; d < Dp; d += kLanes) {
-      const V16 kv = load(kf + j * ldk + d);
-      for (int r = 0; r < R; ++r) acc[r] = fma(load(q + r * Dp + d), kv, acc[r]);
-    }
-    for (int r = 0; r < R; ++r) s[r * kDecodeBk + j] = reduce_add(acc[r]);
-  }
+      for (int u = 0; u < kN; ++u) s[r * kDecodeBk + j + u] = reduce_add(acc[r][u]);
+  };
+  int64_t j = 0;
+  for (; j + kKeys <= bk; j += kKeys) keys(j, std::integral_constant<int, kKeys>{});
+  for (; j < bk; ++j) keys(j, std::integral_constant<int, 1>{});
 }
 
 #if defined(__AVX512BF16__)

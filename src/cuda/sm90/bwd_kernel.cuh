@@ -173,6 +173,9 @@ struct BwdKernel {
   __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
                                                           uint64_t* bars, const Steps& w);
   template <int kN>
+  __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
+                                                    const float (&acc_dv)[kN], int r0, int col0, int t);
+  template <int kN>
   __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, const Steps& w, float (&st)[kN],
                                                          float (&dpt)[kN], const float* lse_s, const float* dsum_s,
                                                          int q0, int col0, int kv, bool full_tile);
@@ -357,6 +360,39 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
     if (s + 1 < w.steps) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
+}
+
+// The epilogue of both consumers: dK = scale · Σ dSᵀ·Q and dV = Σ Pᵀ·dO of this thread's
+// accumulators (m64 layout, t = lane % 4: kv rows r0, r0 + 8 of the block; columns col0 + 8i +
+// 2t (+1)), rounded to the storage type, 4-byte stores. A block no query sees (no step) writes
+// zeros: dK starts from its first GEMM's flag in both consumers, dV only in split-D (consumer
+// zeroes it).
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int kN>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv(const sm80::BwdParams& p,
+                                                                             const Steps& w, const float (&acc_dk)[kN],
+                                                                             const float (&acc_dv)[kN], int r0,
+                                                                             int col0, int t) {
+  const bool any = w.steps > 0;
+  T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
+          w.hk * p.dk_head_stride;
+  T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
+          w.hk * p.dv_head_stride;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = r0 + 8 * hh;
+    if (r >= w.kv_rows) continue;
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) {
+      const int col = col0 + 8 * i + 2 * t;
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
+            any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
+            any || !kSplitD ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
+    }
+  }
 }
 
 // warpgroup:: scope, with this warpgroup's Sᵀ GEMM complete and its dPᵀ GEMM the one in flight
@@ -610,28 +646,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
 
-  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
-  // zeros for a block no query sees (no step: acc_dk never written).
-  T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
-          w.hk * p.dk_head_stride;
-  T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
-          w.hk * p.dv_head_stride;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = r0 + 8 * hh;
-    if (r >= w.kv_rows) continue;
-#pragma unroll
-    for (int i = 0; i < kDT; ++i) {
-      const int col = 8 * i + 2 * t;
-      if (col < p.head_dim)
-        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            w.steps > 0 ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale)
-                        : 0u;
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]);
-    }
-  }
+  store_dkdv(p, w, acc_dk, acc_dv, r0, 0, t);
 }
 
 // warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ
@@ -815,28 +830,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
   ptx::warpgroup_fence_operand(acc_dv);
   ptx::warpgroup_fence_operand(acc_dk);
 
-  // Epilogue: dK = scale · Σ dSᵀ·Q, dV = Σ Pᵀ·dO, rounded to the storage type (4-byte stores);
-  // zeros for a block no query sees (no step: the accumulators never written).
-  T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
-          w.hk * p.dk_head_stride;
-  T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
-          w.hk * p.dv_head_stride;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = r0 + 8 * hh;
-    if (r >= w.kv_rows) continue;
-#pragma unroll
-    for (int i = 0; i < kHalfDT; ++i) {
-      const int col = d0 + 8 * i + 2 * t;
-      const bool any = w.steps > 0;
-      if (col < p.head_dim)
-        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            any ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
-    }
-  }
+  store_dkdv(p, w, acc_dk, acc_dv, r0, d0, t);
 }
 
 }  // namespace fa::cuda::sm90

@@ -19,22 +19,11 @@ using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig
 
 // The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
 // dQ accumulator's box of kBlockM rows).
-// The tensor maps' batch and row extents: a varlen problem is one packed batch of total rows.
-struct BwdMapExtents {
-  int64_t batch, rows_q, rows_k;
-};
-inline BwdMapExtents map_extents(const sm80::BwdParams& p) {
-  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
-  return {p.batch, p.seqlen_q, p.seqlen_k};
-}
-
-// The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
-// dQ accumulator's box of kBlockM rows).
 template <int kHeadDim, bool kIsBf16>
 std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
   out->prob = p;
-  const BwdMapExtents e = map_extents(p);
+  const MapExtents e = map_extents(p);
   std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, e.batch, e.rows_q, p.heads_q, p.head_dim,
                                     p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);
   if (why.empty())
@@ -64,7 +53,7 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   if (Kernel::num_ctas(p) > INT32_MAX)
     return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^31 - 1 CTAs";
   // What the tensor maps need (bwd_launch encodes them).
-  const BwdMapExtents e = map_extents(p);
+  const MapExtents e = map_extents(p);
   std::string why = bshd_map_limits(p.q, e.batch, e.rows_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
                                     p.q_head_stride);
   if (why.empty())

@@ -20,15 +20,6 @@ using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig
                                FwdConfig<kHeadDim>::kStages, FwdConfig<kHeadDim>::kOverlap,
                                FwdConfig<kHeadDim>::kPingPong, kVarlen, kIsBf16>;
 
-// The tensor maps' batch and row extents: a varlen problem is one packed batch of total rows.
-struct MapExtents {
-  int64_t batch, rows_q, rows_k;
-};
-inline MapExtents map_extents(const sm80::FwdParams& p) {
-  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
-  return {p.batch, p.seqlen_q, p.seqlen_k};
-}
-
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 template <int kHeadDim, bool kIsBf16>
 std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {

@@ -32,6 +32,17 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
+// The tensor maps' batch and row extents for the problem fields of sm80::FwdParams or
+// sm80::BwdParams: a varlen problem is one packed batch of total rows.
+struct MapExtents {
+  int64_t batch, rows_q, rows_k;
+};
+template <class Prob>
+MapExtents map_extents(const Prob& p) {
+  if (p.cu_seqlens_q != nullptr) return {1, p.total_q, p.total_k};
+  return {p.batch, p.seqlen_q, p.seqlen_k};
+}
+
 // What TMA needs of one strided [batch, row, head, dim] 16-bit tensor (strides in elements):
 // a 16-byte aligned base and strides that are positive multiples of 16 bytes below 2^40. A
 // stride of an extent-1 dimension is never followed and is not checked. Empty string if met.

@@ -1,13 +1,15 @@
-// Tests, CPU: the forward tile orders of src/cuda/common/tile_scheduler.cuh (pure index maps,
-// host-callable). Every order must visit each (q-block, head, batch) tile exactly once, the
-// causal order must run longest first within each section, and the persistent rounds must hand
-// every index to exactly one CTA.
+// Tests, CPU: pure index maps the kernels share, host-callable. The forward tile orders of
+// src/cuda/common/tile_scheduler.cuh: every order must visit each (q-block, head, batch) tile
+// exactly once, the causal order must run longest first within each section, and the persistent
+// rounds must hand every index to exactly one CTA. The intervals of src/common/mask.h (keys a
+// row sees, rows that see a key) must hold exactly the pairs Mask::visible accepts.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <tuple>
 #include <vector>
 
+#include "common/mask.h"
 #include "cuda/common/tile_scheduler.cuh"
 
 namespace {
@@ -89,6 +91,30 @@ TEST(TileOrder, PersistentRoundsHandOutEveryIndexOnce) {
       for (int n : seen) EXPECT_EQ(n, 1) << tiles << " tiles, " << g << " CTAs";
     }
   }
+}
+
+TEST(MaskIntervals, RowAndKeyIntervalsHoldExactlyTheVisiblePairs) {
+  const int64_t lens[] = {1, 2, 7, 16, 33};
+  const int64_t sides[] = {-1, 0, 1, 5, 40};
+  for (int64_t sq : lens)
+    for (int64_t sk : lens)
+      for (int64_t left : sides)
+        for (int64_t right : sides) {
+          fa::Mask m;
+          m.left = left, m.right = right;
+          for (int64_t i = 0; i < sq; ++i)
+            for (int64_t j = 0; j < sk; ++j) {
+              const bool v = m.visible(i, j, sq, sk);
+              const bool by_row = m.key_begin(i, sq, sk) <= j && j < m.key_end(i, sq, sk);
+              const bool by_key = m.query_begin(j, sq, sk) <= i && i < m.query_end(j, sq, sk);
+              ASSERT_EQ(by_row, v) << sq << "x" << sk << " (" << left << ", " << right << ") row " << i << " key " << j;
+              ASSERT_EQ(by_key, v) << sq << "x" << sk << " (" << left << ", " << right << ") row " << i << " key " << j;
+            }
+          for (int64_t j = 0; j < sk; ++j) {  // clamped to [0, sq]
+            EXPECT_GE(m.query_begin(j, sq, sk), 0);
+            EXPECT_LE(m.query_end(j, sq, sk), sq);
+          }
+        }
 }
 
 }  // namespace

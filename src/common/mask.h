@@ -39,6 +39,19 @@ struct Mask {
     const int64_t e = i + sk - sq + right + 1;
     return e < 0 ? 0 : (e > sk ? sk : e);
   }
+
+  // The same mask seen from a key: the rows that see key j (j < sk) are [query_begin,
+  // query_end), both clamped to [0, sq]; empty (begin >= end) when none does.
+  FA_HOST_DEVICE int64_t query_begin(int64_t j, int64_t sq, int64_t sk) const {
+    if (right < 0) return 0;
+    const int64_t b = j - (sk - sq) - right;
+    return b < 0 ? 0 : (b > sq ? sq : b);
+  }
+  FA_HOST_DEVICE int64_t query_end(int64_t j, int64_t sq, int64_t sk) const {
+    if (left < 0) return sq;
+    const int64_t e = j - (sk - sq) + left + 1;
+    return e < 0 ? 0 : (e > sq ? sq : e);
+  }
 };
 
 // Folds flash-attn's (causal, window_left, window_right) into one Mask.

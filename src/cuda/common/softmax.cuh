@@ -9,6 +9,13 @@
 
 namespace fa::cuda {
 
+// tanh for the softcap, S' = c·tanh(S·scale / c): 1 − 2 / (1 + 2^(2·log2e·x)), two MUFU
+// operations and no branch; absolute error a few 1e-8 (what S' needs: P = exp2(S'·log2e − LSE)
+// sees c times it), ±1 for |x| large (2^x overflows to inf, or flushes to 0), NaN kept.
+__device__ __forceinline__ float softcap_tanh(float x) {
+  return 1.f - 2.f * ptx::rcp_approx(1.f + ptx::ex2_approx(x * 2.88539008177792681f));
+}
+
 // One warp's rows: kMT m16 tiles, each lane holding 2 rows per tile (g and g + 8).
 template <int kMT>
 struct OnlineSoftmax {

@@ -19,4 +19,11 @@ __device__ __forceinline__ float lg2_approx(float a) {
   return d;
 }
 
+// rcp.approx.ftz.f32 d, a;   1/a, max relative error 2^-23 (1 ulp); inf -> +0       (sm_20+)
+__device__ __forceinline__ float rcp_approx(float a) {
+  float d;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(d) : "f"(a));
+  return d;
+}
+
 }  // namespace fa::cuda::ptx

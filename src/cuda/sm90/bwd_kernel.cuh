@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -406,10 +407,25 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
     const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   const int t = static_cast<int>(threadIdx.x) % 4;
-  const int sq = w.sq, sk = w.sk;
-  // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
-  const auto scores = [&](auto fused) {
+  // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score). Tiles not
+  // wholly visible (kMasked): P = 0 outside the rows that see each of this thread's two keys
+  // (kv, kv + 8), as block-local columns in 32-bit, none past the keys. Full tiles run a copy
+  // without the test: one branch a step, not one an element, and code small enough for the
+  // instruction cache.
+  const auto scores = [&](auto fused, auto masked) {
     constexpr bool kFused = decltype(fused)::value;
+    constexpr bool kMasked = decltype(masked)::value;
+    int lo[2] = {0, 0}, hi[2] = {0, 0};
+    if constexpr (kMasked) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int k = kv + 8 * r;
+        if (k < w.sk) {
+          lo[r] = static_cast<int>(p.mask.query_begin(k, w.sq, w.sk)) - q0 - col0 - 2 * t;
+          hi[r] = static_cast<int>(p.mask.query_end(k, w.sq, w.sk)) - q0 - col0 - 2 * t;
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) {
       const int col = col0 + 8 * i + 2 * t;
@@ -417,29 +433,32 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
       const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int q = q0 + col + (e & 1);
-        const int k = kv + 8 * (e >> 1);
         float x, chain = 1.f;
         if constexpr (kFused) {
-          const float th = tanhf(st[4 * i + e] * p.softcap_in);
+          const float th = softcap_tanh(st[4 * i + e] * p.softcap_in);
           x = th * p.score_log2;
           chain = 1.f - th * th;
         } else {
           x = st[4 * i + e] * p.score_log2;
         }
         float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
-        if (!full_tile && !(q < sq && k < sk && p.mask.visible(q, k, sq, sk))) pr = 0.f;
+        if constexpr (kMasked) {
+          const int c = 8 * i + (e & 1);  // column − col0 − 2t: a constant
+          if (c < lo[e >> 1] || c >= hi[e >> 1]) pr = 0.f;
+        }
         st[4 * i + e] = pr;
         if constexpr (kFused) dpt[4 * i + e] = pr * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x)) * chain;
       }
     }
   };
+  using yes = std::true_type;
+  using no = std::false_type;
   if (p.softcap > 0.f) {  // uniform
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
-    scores(std::true_type{});
+    full_tile ? scores(yes{}, no{}) : scores(yes{}, yes{});
   } else {
-    scores(std::false_type{});  // under the dPᵀ GEMM
+    full_tile ? scores(no{}, no{}) : scores(no{}, yes{});  // under the dPᵀ GEMM
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
 #pragma unroll

@@ -40,17 +40,23 @@ struct Mask {
     return e < 0 ? 0 : (e > sk ? sk : e);
   }
 
-  // The same mask seen from a key: the rows that see key j (j < sk) are [query_begin,
-  // query_end), both clamped to [0, sq]; empty (begin >= end) when none does.
-  FA_HOST_DEVICE int64_t query_begin(int64_t j, int64_t sq, int64_t sk) const {
-    if (right < 0) return 0;
-    const int64_t b = j - (sk - sq) - right;
-    return b < 0 ? 0 : (b > sq ? sq : b);
+  // The same mask seen from a key: the rows that see key j (0 <= j < sk) are [query_begin,
+  // query_end), both in [0, sq]; empty (begin >= end) when none does. In 32-bit without
+  // overflow for any lengths below 2^31 (the kernels' per-key test): with d0 = j − sk + sq,
+  // row i sees j iff d0 − right <= i < d0 + left + 1, and sides past sq or sk bound nothing.
+  FA_HOST_DEVICE int query_begin(int j, int sq, int sk) const {
+    const int d0 = (j - sk) + sq;  // in [sq − sk, sq)
+    if (right < 0 || d0 <= 0) return 0;
+    const int r = right < d0 ? static_cast<int>(right) : d0;
+    return d0 - r;
   }
-  FA_HOST_DEVICE int64_t query_end(int64_t j, int64_t sq, int64_t sk) const {
+  FA_HOST_DEVICE int query_end(int j, int sq, int sk) const {
+    const int d0 = (j - sk) + sq;
+    const int room = sk - j;  // d0 + room = sq
     if (left < 0) return sq;
-    const int64_t e = j - (sk - sq) + left + 1;
-    return e < 0 ? 0 : (e > sq ? sq : e);
+    const int l1 = left < room ? static_cast<int>(left) + 1 : room;
+    const int e = d0 + l1;
+    return e < 0 ? 0 : e;
   }
 };
 

@@ -421,8 +421,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
       for (int r = 0; r < 2; ++r) {
         const int k = kv + 8 * r;
         if (k < w.sk) {
-          lo[r] = static_cast<int>(p.mask.query_begin(k, w.sq, w.sk)) - q0 - col0 - 2 * t;
-          hi[r] = static_cast<int>(p.mask.query_end(k, w.sq, w.sk)) - q0 - col0 - 2 * t;
+          lo[r] = p.mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t;
+          hi[r] = p.mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t;
         }
       }
     }

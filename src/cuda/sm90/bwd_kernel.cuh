@@ -407,25 +407,29 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
     const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   const int t = static_cast<int>(threadIdx.x) % 4;
-  // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score). Tiles not
-  // wholly visible (kMasked): P = 0 outside the rows that see each of this thread's two keys
-  // (kv, kv + 8), as block-local columns in 32-bit, none past the keys. Full tiles run a copy
-  // without the test: one branch a step, not one an element, and code small enough for the
-  // instruction cache.
-  const auto scores = [&](auto fused, auto masked) {
-    constexpr bool kFused = decltype(fused)::value;
-    constexpr bool kMasked = decltype(masked)::value;
-    int lo[2] = {0, 0}, hi[2] = {0, 0};
-    if constexpr (kMasked) {
+  // Tiles not wholly visible: `value` into the entries outside the rows that see each of this
+  // thread's two keys (kv, kv + 8), as block-local columns in 32-bit (none past the keys). A
+  // pass of its own behind one branch a step, so the full tiles' code stays branch-free and
+  // small (the instruction cache).
+  const auto mask_out = [&](float (&x)[kN], float value) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int k = kv + 8 * r;
-        if (k < w.sk) {
-          lo[r] = p.mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t;
-          hi[r] = p.mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t;
+    for (int r = 0; r < 2; ++r) {
+      const int k = kv + 8 * r;
+      const int lo = k < w.sk ? p.mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
+      const int hi = k < w.sk ? p.mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          const int c = 8 * i + (e & 1);  // column − col0 − 2t: a constant
+          if (c < lo || c >= hi) x[4 * i + e] = value;
         }
       }
     }
+  };
+  // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
+  const auto scores = [&](auto fused) {
+    constexpr bool kFused = decltype(fused)::value;
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) {
       const int col = col0 + 8 * i + 2 * t;
@@ -441,24 +445,23 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
         } else {
           x = st[4 * i + e] * p.score_log2;
         }
-        float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
-        if constexpr (kMasked) {
-          const int c = 8 * i + (e & 1);  // column − col0 − 2t: a constant
-          if (c < lo[e >> 1] || c >= hi[e >> 1]) pr = 0.f;
-        }
+        const float pr = ptx::ex2_approx(x - ((e & 1) ? l2.y : l2.x));
         st[4 * i + e] = pr;
         if constexpr (kFused) dpt[4 * i + e] = pr * (dpt[4 * i + e] - ((e & 1) ? dd.y : dd.x)) * chain;
       }
     }
   };
-  using yes = std::true_type;
-  using no = std::false_type;
   if (p.softcap > 0.f) {  // uniform
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
-    full_tile ? scores(yes{}, no{}) : scores(yes{}, yes{});
+    scores(std::true_type{});
+    if (!full_tile) {
+      mask_out(st, 0.f);
+      mask_out(dpt, 0.f);
+    }
   } else {
-    full_tile ? scores(no{}, no{}) : scores(no{}, yes{});  // under the dPᵀ GEMM
+    scores(std::false_type{});  // under the dPᵀ GEMM
+    if (!full_tile) mask_out(st, 0.f);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
 #pragma unroll

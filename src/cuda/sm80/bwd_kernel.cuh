@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/common/softmax.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
@@ -290,7 +291,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
         const float d = (e & 1) ? dsum.y : dsum.x;
         float x, chain = 1.f;
         if (p.softcap > 0.f) {
-          const float th = tanhf(acc_s[nt][e] * p.softcap_in);
+          const float th = softcap_tanh(acc_s[nt][e] * p.softcap_in);
           x = th * p.score_log2;
           chain = 1.f - th * th;
         } else {

@@ -210,7 +210,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, W, S, MB, Bf16>::operator()
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * tanhf(s[mt][nt][e] * p.softcap_in);
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = p.softcap * softcap_tanh(s[mt][nt][e] * p.softcap_in);
     }
     const int n0 = (nb_begin + it) * kBlockN;
     if (!(n0 + kBlockN <= sk && full_lo <= n0 && full_hi >= n0 + kBlockN)) {

@@ -395,7 +395,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
     if (p.softcap > 0.f) {
 #pragma unroll
-      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
+      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
     if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
@@ -571,7 +571,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
   const auto scores = [&](int it, float (&alpha)[2]) {
     if (p.softcap > 0.f) {
 #pragma unroll
-      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * tanhf(s[i] * p.softcap_in);
+      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
     if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {

@@ -23,6 +23,7 @@
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/stmatrix.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/fwd_params.h"
 
@@ -103,6 +104,14 @@ struct FwdKernel {
   // index of each Q stage (the producer's hand-over to the consumers)
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
   static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers + 4 * kQStages;
+
+  // The epilogue through shared memory: each consumer warpgroup writes O / l (16-bit) into its
+  // 64 rows of the tile's Q buffer (the Q layout) and one thread stores them by TMA, then
+  // releases the buffer; with two Q buffers only (one would hold the next tile's Q back), dense
+  // batches only (a box past a packed sequence would write into the next one).
+  static constexpr bool kTmaStoreO = kQStages == 2 && !kVarlen;
+  static constexpr int kOStoreRows = 64;
+  static constexpr int kStoreBarrier = 3;  // ids 3 and 4: one warpgroup's 128 threads
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
@@ -216,8 +225,12 @@ struct FwdKernel {
   __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, const Smem& sm,
                                                              const Barriers& b, const TileWork& w,
                                                              int kv_base);
-  // O = O / l and LSE of the warpgroup's 64 rows, stored from the accumulators.
-  __device__ __forceinline__ static void store_tile(const sm80::FwdParams& p, int group, const TileWork& w,
+  // Does O leave by TMA stores (and store_tile release the Q buffer)? Uniform over the grid.
+  __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
+  // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the tile's Q buffer (o_by_tma,
+  // which then releases that buffer), else by plain stores from the accumulators.
+  __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
+                                                    const Barriers& b, const TileWork& w,
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
@@ -239,7 +252,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::opera
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
-      b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads);  // every consumer thread read its slot
+      // every consumer thread read its slot; with o_by_tma, one thread a warpgroup after the
+      // warpgroup's barrier and its O store's read of the buffer
+      b.q_empty(q).init(o_by_tma(params) ? kConsumerGroups : kConsumerGroups * kWarpGroupThreads);
     }
     for (int s = 0; s < kStages; ++s) {
       b.k_full(s).init(1);
@@ -271,7 +286,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::opera
       } else {
         consumer(params, group, sm, b, w, kv_base);
       }
-      if (w.n_blocks == 0) b.q_empty(w.q_stage).arrive();  // else after the last S
+      if (w.n_blocks == 0 && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
   }
@@ -389,7 +404,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
-    if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // and of Q (and of the tile slot)
+    if (it + 1 == n_blocks && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
 
     auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
@@ -432,19 +447,20 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) b.v_empty(stage).arrive();
   }
-  store_tile(p, group, w, softmax, o3);
+  store_tile(params, group, sm, b, w, softmax, o3);
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store_tile(const sm80::FwdParams& p,
-                                                                                  int group, const TileWork& w,
-                                                                                  OnlineSoftmax<1>& softmax,
-                                                                                  float (&o3)[1][kOT][4]) {
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store_tile(
+    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
+    OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
+  const sm80::FwdParams& p = params.prob;
   const int sq = w.sq;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int warp = tid / 32;
   const int lane = tid % 32;
   const int t = lane % 4;
-  const int row0 = w.m0 + 64 * group + 16 * (tid / 32) + lane / 4;
+  const int row0 = w.m0 + 64 * group + 16 * warp + lane / 4;
   constexpr bool varlen = kVarlen;
   // O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
   float inv_l[1][2];
@@ -462,6 +478,39 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store
       const int row = row0 + 8 * h;
       if (row < sq) lse_row[row] = lse[0][h];
     }
+  }
+  if (o_by_tma(params)) {
+    // This warpgroup's 64 rows of the Q buffer (its own Q·Kᵀ GEMMs, their only readers, have
+    // landed): stmatrix x4 = the 8x8 blocks (rows +0, +8) x (n8 chunks 2i, 2i + 1) of the warp's 16
+    // rows; lane l addresses row 16·warp + 8·(j % 2) + l % 8 of block j = l / 8, 16-byte chunk
+    // c ^ (row % 8) of its 64-column panel (the 128-byte swizzle TMA reads back).
+    const uint32_t rows = sm.q + w.q_stage * kQBytes + (64 * group + 16 * warp + 8 * ((lane / 8) % 2) + lane % 8) * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kOT / 2; ++i) {
+      const int c = 2 * i + lane / 16;  // n8 chunk of this lane's block
+      uint32_t r[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int ot = 2 * i + j / 2, h = j % 2;
+        r[j] = pack2<kIsBf16>(o3[0][ot][2 * h] * inv_l[0][h], o3[0][ot][2 * h + 1] * inv_l[0][h]);
+      }
+      ptx::warp_stmatrix_x4(rows + (c / 8) * kQPanelBytes + (((c % 8) ^ (lane % 8)) << 4), r);
+    }
+    // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
+    if (tid == 0) {
+      namespace cp = ::cuda::ptx;
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, w.m0 + 64 * group, head, static_cast<int32_t>(batch)};
+        cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_o, coords,
+                                 sm.base + w.q_stage * kQBytes + c * kQPanelBytes + 64 * group * kRowBytes);
+      }
+      cp::cp_async_bulk_commit_group();
+      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the buffer was read: free it
+      b.q_empty(w.q_stage).arrive();
+    }
+    return;
   }
   T* o = static_cast<T*>(p.o) + (varlen ? w.q_first * p.o_row_stride : batch * p.o_batch_stride) +
          head * p.o_head_stride;
@@ -605,7 +654,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(st0).arrive();
-    if (n_blocks == 1) b.q_empty(w.q_stage).arrive();
+    if (n_blocks == 1 && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     pack_p();
 
@@ -627,7 +676,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
       if (lane == 0) b.k_empty(stage).arrive();
-      if (it + 1 == n_blocks) b.q_empty(w.q_stage).arrive();  // the tile's last read of Q
+      if (it + 1 == n_blocks && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
@@ -658,7 +707,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_fence_operand(p_flat);
     if (lane == 0) b.v_empty(last).arrive();
   }
-  store_tile(p, group, w, softmax, o3);
+  store_tile(params, group, sm, b, w, softmax, o3);
 }
 
 }  // namespace fa::cuda::sm90

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,19 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   if (why.empty())
     why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, e.batch, e.rows_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
+  // O by TMA stores where the kernel can (its finished tile's Q buffer holds O) and O's layout
+  // allows it; otherwise plain stores, never a refusal. FLASHATTN_SM90_O_STORE=plain forces the
+  // plain stores (to compare the two epilogues in one process).
+  static const bool plain_forced = [] {
+    const char* v = std::getenv("FLASHATTN_SM90_O_STORE");
+    return v != nullptr && std::string(v) == "plain";
+  }();
+  out->o_by_tma = 0;
+  if (why.empty() && Kernel::kTmaStoreO && p.cu_seqlens_q == nullptr && !plain_forced &&
+      encode_bshd_map(&out->tm_o, kIsBf16, p.o, e.batch, e.rows_q, p.heads_q, p.head_dim_v, p.o_batch_stride,
+                      p.o_row_stride, p.o_head_stride, Kernel::kOStoreRows)
+          .empty())
+    out->o_by_tma = 1;
   return why;
 }
 

@@ -16,6 +16,11 @@ struct FwdParams {
   CUtensorMap tm_q;
   CUtensorMap tm_k;
   CUtensorMap tm_v;
+  // O: the same kind of map (box 64 x 64 rows, one consumer warpgroup's rows), written by TMA
+  // stores from shared memory when o_by_tma is 1 (dense batch, strides TMA can describe, a
+  // kernel with two Q buffers); else O leaves the accumulators by plain stores.
+  CUtensorMap tm_o;
+  int o_by_tma;
   // Causal-like masks: (batch, head) pairs per section of the longest-first tile order (their
   // K and V sized to stay in L2; see LongestFirstScheduler::tile_by_length).
   int section_bh;

@@ -447,6 +447,12 @@ void mode_sanitize() {
   run_case(c);
   c.s = shape("san_d128", 2, 129, 200, 4, 2, 128, 128), c.wl = -1, c.wr = -1, c.causal = true, c.dt = FA_DTYPE_FP16;
   run_case(c);
+  // More tiles than multiprocessors: persistent CTAs run several tiles, so the Q buffers, the
+  // tile slots and (sm90) the O stores through a finished tile's Q buffer are reused.
+  c.s = shape("san_rounds_d128", 2, 520, 300, 16, 4, 128, 128), c.causal = false, c.dt = FA_DTYPE_BF16;
+  run_case(c);
+  c.s = shape("san_rounds_d256", 2, 300, 200, 24, 8, 256, 256), c.causal = true;
+  run_case(c);
 }
 
 // The ANCHORS grid: bf16, 16k tokens, heads = 2048 / hdim; median of CUDA-event timings.

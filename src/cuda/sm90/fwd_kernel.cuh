@@ -106,10 +106,11 @@ struct FwdKernel {
   static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers + 4 * kQStages;
 
   // The epilogue through shared memory: each consumer warpgroup writes O / l (16-bit) into its
-  // 64 rows of the tile's Q buffer (the Q layout) and one thread stores them by TMA, then
-  // releases the buffer; with two Q buffers only (one would hold the next tile's Q back), dense
-  // batches only (a box past a packed sequence would write into the next one).
-  static constexpr bool kTmaStoreO = kQStages == 2 && !kVarlen;
+  // 64 rows of the tile's Q buffer (the Q layout), one thread stores them by TMA, and the
+  // buffer is released once the store has read it (with one Q buffer, hdim 256, the next tile's
+  // Q loads only then). Dense batches only: a box past a packed sequence would write into the
+  // next one.
+  static constexpr bool kTmaStoreO = !kVarlen;
   static constexpr int kOStoreRows = 64;
   static constexpr int kStoreBarrier = 3;  // ids 3 and 4: one warpgroup's 128 threads
 
@@ -252,9 +253,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::opera
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
-      // every consumer thread read its slot; with o_by_tma, one thread a warpgroup after the
-      // warpgroup's barrier and its O store's read of the buffer
-      b.q_empty(q).init(o_by_tma(params) ? kConsumerGroups : kConsumerGroups * kWarpGroupThreads);
+      b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads);  // every consumer thread read its slot
     }
     for (int s = 0; s < kStages; ++s) {
       b.k_full(s).init(1);
@@ -507,9 +506,10 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store
                                  sm.base + w.q_stage * kQBytes + c * kQPanelBytes + 64 * group * kRowBytes);
       }
       cp::cp_async_bulk_commit_group();
-      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the buffer was read: free it
-      b.q_empty(w.q_stage).arrive();
+      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
     }
+    ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);  // the buffer was read: free it
+    b.q_empty(w.q_stage).arrive();
     return;
   }
   T* o = static_cast<T*>(p.o) + (varlen ? w.q_first * p.o_row_stride : batch * p.o_batch_stride) +

@@ -8,7 +8,8 @@
 //   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
 // (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode. Head
-// dim 256 runs the split-D schedule instead (consumer_split_d).
+// dim 256 runs the split-D schedule instead (consumer_split_d), its dQ tile written into the
+// step's own Q and dO buffers once read, which the writer releases.
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 
@@ -36,9 +37,9 @@ namespace fa::cuda::sm90 {
 // Named barriers (id 0 is __syncthreads): ds_ready between the two consumer warpgroups;
 // dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
 // consumers wait) around the shared dQ tile.
-// Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ, dq_done after
-// their dQ reductions (deterministic mode).
-enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, dq_done = 4 };
+// Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ (its dQ tile is
+// handed over by an mbarrier per stage instead: see kNumBarriers).
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3 };
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
@@ -56,9 +57,11 @@ struct BwdKernel {
   static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
   // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
   // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
-  // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs; dQ
-  // is added by red.global from the registers (no room for a shared fp32 tile beside two
-  // Q/dO stages). consumer_split_d.
+  // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs.
+  // No room is left for an fp32 dQ tile beside two Q/dO stages: once its dV and dK have read
+  // the step's Q and dO, each warpgroup writes its 64 x 128 dQ (32 KiB) over its own columns of
+  // them (Q and dO columns 128·group .. +127, 16 KiB each), and the writer warp adds it and
+  // releases the stage (dq_panel_offset). consumer_split_d.
   static constexpr bool kSplitD = kBlockN_ == 64;
 
   // Warp roles: one producer warpgroup (warp 0 loads, warp 1 writes dQ), two consumer
@@ -104,7 +107,8 @@ struct BwdKernel {
   static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
   static constexpr int kOffBars = kOffDsum + kStages * kBlockM * 4;
-  static constexpr int kNumBarriers = 1 + 2 * kStages;  // kv_full, full[s], empty[s]
+  // kv_full, full[s], empty[s]; split-D also dq_full[s] (its dQ tile in stage s is written)
+  static constexpr int kNumBarriers = 1 + (kSplitD ? 3 : 2) * kStages;
   static constexpr int kAlign = 1024;                    // swizzle atom
   static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
 
@@ -115,6 +119,13 @@ struct BwdKernel {
   // warpgroup 64 rows x kHeadDim), else by columns (64 rows x kHeadDim / 2).
   static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;
+  // Split-D: dQ panel c (32 fp32 columns x kBlockM rows, 8 KiB = one 64-column bf16 panel of a
+  // Q or dO stage) of stage `stage`. Warpgroup w's columns 128w .. +127 are panels 4w .. 4w + 3:
+  // the first two over Q's panels 2w, 2w + 1, the other two over dO's (only w reads those after
+  // ds_ready).
+  __host__ __device__ static constexpr int dq_panel_offset(int stage, int c) {
+    return ((c % 4) < 2 ? kOffQ : kOffDO) + stage * kQBytes + (2 * (c / 4) + c % 2) * kQPanelBytes;
+  }
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
@@ -170,7 +181,8 @@ struct BwdKernel {
 
   __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
                                                   const Steps& w);
-  __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, const Steps& w);
+  __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, uint64_t* bars,
+                                                   const Steps& w);
   __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
                                                           uint64_t* bars, const Steps& w);
   template <int kN>
@@ -235,8 +247,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   if (tid == 0) {
     SmemBarrier{bars}.init(1);
     for (int s = 0; s < kStages; ++s) {
-      SmemBarrier{bars + 1 + s}.init(32);                          // the producer warp's lanes
-      SmemBarrier{bars + 1 + kStages + s}.init(kConsumerWarps);  // lane 0 of each consumer warp
+      SmemBarrier{bars + 1 + s}.init(32);  // the producer warp's lanes
+      // lane 0 of each consumer warp; split-D: the writer, once it has read the dQ tile there
+      SmemBarrier{bars + 1 + kStages + s}.init(kSplitD ? 1 : kConsumerWarps);
+      if (kSplitD) SmemBarrier{bars + 1 + 2 * kStages + s}.init(kConsumerThreads);  // dq_full[s]
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
@@ -246,7 +260,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
     if (tid < 32 && w.steps > 0) producer(params, smem, bars, w);
-    if (!kSplitD && tid >= 32 && tid < 64) dq_writer(params, smem, w);
+    if (tid >= 32 && tid < 64) dq_writer(params, smem, bars, w);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     if constexpr (kSplitD) {
@@ -318,22 +332,26 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
 
 // warp:: scope (warp 1 of the producer warpgroup). Per step: wait for the consumers' dQ tile
 // (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows past
-// sq are not written) from lane 0, and hand the tile back (dq_empty) once read. Deterministic
-// mode: the tiles of one (query head, q block) are added in descending kv-block order; lane 0
-// waits for the counter of the higher blocks (dq_turn), and releases it once its own addition
-// is complete.
+// sq are not written) from lane 0, and hand the tile back (dq_empty; split-D: release the
+// stage it was written into) once read. Deterministic mode: the tiles of one (query head,
+// q block) are added in descending kv-block order; lane 0 waits for the counter of the higher
+// blocks (dq_turn), and releases it once its own addition is complete.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
-                                                                       const Steps& w) {
+                                                                       uint64_t* bars, const Steps& w) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int sq = w.sq, sk = w.sk;
   for (int s = 0; s < w.steps; ++s) {
+    const int stage = s % kStages;
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+    if constexpr (kSplitD) {
+      SmemBarrier{bars + 1 + 2 * kStages + stage}.wait((s / kStages) & 1);
+    } else {
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+    }
     if (lane == 0) {
       int* lock = nullptr;
       if (p.locks != nullptr) {
@@ -346,7 +364,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
       for (int c = 0; c < kDqPanels; ++c) {
         const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
         cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
-                                        smem + kOffDQ + c * kDqPanelBytes);
+                                        smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes));
       }
       cp::cp_async_bulk_commit_group();
       if (lock != nullptr) {
@@ -356,9 +374,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
       } else {
         cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
       }
+      if (kSplitD) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // the stage, to the producer
     }
     __syncwarp();
-    if (s + 1 < w.steps) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    if (!kSplitD && s + 1 < w.steps)
+      ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
 }
@@ -677,8 +697,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 //   Sᵀ_h = K·Q_hᵀ, dPᵀ_h = V·dO_hᵀ (m64n32, k = D); Pᵀ_h, dSᵀ_h in registers;
 //   Pᵀ_h, dSᵀ_h → the buffer of step parity, [kv][q] 16-bit, 128-byte swizzle; ds_ready;
 //   dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed), then dV[:, d0..] += Pᵀ·dO[:, d0..] and
-//   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); dQ added into
-//   dQ_accum by red.global while dV and dK run on, waited after the next step's Sᵀ/dPᵀ issue.
+//   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); once all three
+//   have landed, dQ over this warpgroup's columns of the step's Q and dO (dq_panel_offset) and
+//   dq_full[stage]: the writer warp adds it into dQ_accum and releases the stage.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
@@ -741,12 +762,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
                                                 ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
-    // dV, dK of step s − 1 ran under its dQ reduction and this step's start; their reads of the
-    // stage and of the Pᵀ/dSᵀ buffer are over: release that step's stage.
-    ptx::warpgroup_wait<2>();
-    ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
-    if (s > 0 && lane == 0) SmemBarrier{bars + 1 + kStages + (s - 1) % kStages}.arrive();
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
     ptx::warpgroup_fence_operand(st);
 
@@ -775,17 +790,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     // Generic-proxy writes, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
 
-    // Deterministic mode: dQ of (h, qb) is accumulated in descending kv-block order; wait for
-    // the blocks above (dq_turn).
-    int* lock = nullptr;
-    if (p.locks != nullptr) {
-      lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-      if (group == 0 && wtid == 0) {
-        const int expected = dq_turn(p, w, q0);
-        while (ptx::ld_acquire_gpu(lock) < expected) {
-        }
-      }
-    }
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
 
     const uint32_t pt_base = smem_base + kOffDS + (s & 1) * kDSBytes;
@@ -825,28 +829,27 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
           s > 0 || kk > 0);
     }
     ptx::warpgroup_commit();
-    ptx::warpgroup_wait<1>();  // dQ landed; dV and dK run on into the next step
+    // dQ, dV and dK landed: this warpgroup's columns of the stage's Q and dO are read (the other
+    // warpgroup reads only its own columns after ds_ready), and dQ goes over them: rows of 32
+    // floats, 16-byte chunks swizzled by row % 8 = g (the dQ accumulator map's box), as consumer.
+    ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_dq);
-
-    // fp32 reduction into the workspace, one red.global.add.v2 per pair (dQ = scale · it, later).
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
     {
-      float* dq = p.dq_accum + dq_row(p, w, h) * p.head_dim;
+      const int swz = (t / 2) ^ g;
+      char* rows = smem + (16 * warp + g) * kRowBytes + (t % 2) * 8;
 #pragma unroll
       for (int i = 0; i < kHalfDT; ++i) {
-        const int col = d0 + 8 * i + 2 * t;
+        char* dst = rows + dq_panel_offset(stage, 4 * group + i / 4) + ((swz ^ (2 * (i % 4))) << 4);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = q0 + 16 * warp + g + 8 * hh;
-          if (r < sq && col < p.head_dim)
-            ptx::red_add_f32x2(dq + int64_t(r) * p.head_dim + col, acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
-        }
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) = make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
       }
     }
-    if (lock != nullptr) {
-      __threadfence();
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_done), kConsumerThreads);
-      if (group == 0 && wtid == 0) ptx::red_release_add_gpu(lock, 1);
-    }
+    // Generic-proxy writes, read by the writer's bulk reductions (async proxy): fence, arrive.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    SmemBarrier{bars + 1 + 2 * kStages + stage}.arrive();
   }
   ptx::warpgroup_wait<0>();  // the last step's dV, dK
   ptx::warpgroup_fence_operand(acc_dv);

@@ -126,6 +126,21 @@ struct BwdKernel {
   __host__ __device__ static constexpr int dq_panel_offset(int stage, int c) {
     return ((c % 4) < 2 ? kOffQ : kOffDO) + stage * kQBytes + (2 * (c / 4) + c % 2) * kQPanelBytes;
   }
+  // Every split-D dQ panel of a stage is whole, 1024-byte aligned (the swizzle atom), and lies in
+  // one of its warpgroup's own Q or dO panels; no two share one.
+  static constexpr bool dq_panels_in_own_columns() {
+    bool ok = kDqPanelBytes == kQPanelBytes && kDqPanels == 4 * kConsumerGroups;
+    for (int stage = 0; stage < kStages; ++stage)
+      for (int c = 0; c < kDqPanels; ++c) {
+        const int off = dq_panel_offset(stage, c), w = c / 4;
+        bool own = false;
+        for (int base : {kOffQ, kOffDO})
+          for (int p = 2 * w; p < 2 * w + 2; ++p) own = own || off == base + stage * kQBytes + p * kQPanelBytes;
+        ok = ok && own && off % kAlign == 0;
+        for (int c2 = 0; c2 < c; ++c2) ok = ok && dq_panel_offset(stage, c2) != off;
+      }
+    return ok;
+  }
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
@@ -133,6 +148,7 @@ struct BwdKernel {
   static_assert(kBlockM == 64 || kDqSplitRows, "q block of 64 or 128 rows");
   static_assert(kSplitD || kDqN % kPanelCols == 0, "dQ column slice of whole panels");
   static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0 && kOffDQ % kAlign == 0, "alignment");
+  static_assert(!kSplitD || dq_panels_in_own_columns(), "split-D dQ panels over the warpgroup's own Q/dO panels");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }

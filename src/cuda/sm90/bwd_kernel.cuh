@@ -748,9 +748,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
   for (int s = 0; s < w.steps; ++s) {
     const int stage = s % kStages;
     const uint32_t phase = (s / kStages) & 1;
-    const int h = w.hk * p.group + s / w.n_qb;
-    const int qb = w.qb_first + s % w.n_qb;
-    const int q0 = qb * kBlockM;
+    const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
     const SmemBarrier full{bars + 1 + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;

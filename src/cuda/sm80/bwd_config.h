@@ -10,23 +10,24 @@
 
 namespace fa::cuda::sm80 {
 
-// Per head dim: warps, how many warps share one 16-row kv slice (kSplitD: they split dK/dV's
-// columns and Sᵀ/dPᵀ's q columns, sharing Pᵀ/dSᵀ through shared memory), kv rows per CTA
-// (16 per row group), q rows per inner step, CTAs per SM for the register cap.
-// Registers per thread hold dK+dV (2·16·D/split fp32 per warp) plus Sᵀ and dPᵀ (2·16·BM/split).
+// Per head dim: q rows per inner step and kv rows per CTA, and how the 8 warps tile the three
+// GEMM shapes (the rest of each warp grid follows): S/dP [kBlockM, kBlockN] split kSdpWarpsM
+// ways along q, dK/dV [kBlockN, D] kDkvWarpsN ways along kv, dQ [kBlockM, D] kDqWarpsM ways along
+// q. Registers per thread hold dK+dV (2·kBlockN·D / 256 fp32) plus S and dP (2·kBlockM·kBlockN / 256).
+// One CTA per SM: 255 registers and 161–209 KiB of shared memory; see docs/PERF.md v4.
 template <int kHeadDim>
 struct BwdConfig;
 template <>
-struct BwdConfig<64> {  // 65 KiB smem, 2 CTAs/SM (128 regs, no spill); see docs/PERF.md v3
-  static constexpr int kWarps = 8, kSplitD = 2, kBlockN = 64, kBlockM = 64, kMinBlocks = 2;
+struct BwdConfig<64> {  // warp tiles: S/dP 32 x 64, dK/dV 32 x 32, dQ 32 x 32
+  static constexpr int kBlockM = 128, kBlockN = 128, kSdpWarpsM = 4, kDkvWarpsN = 4, kDqWarpsM = 4;
 };
 template <>
-struct BwdConfig<128> {  // 113 KiB smem, 2 CTAs/SM (128 regs, no spill); see docs/PERF.md v3
-  static constexpr int kWarps = 8, kSplitD = 2, kBlockN = 64, kBlockM = 64, kMinBlocks = 2;
+struct BwdConfig<128> {  // warp tiles: S/dP 32 x 32, dK/dV 32 x 64, dQ 32 x 32
+  static constexpr int kBlockM = 64, kBlockN = 128, kSdpWarpsM = 2, kDkvWarpsN = 4, kDqWarpsM = 2;
 };
 template <>
-struct BwdConfig<256> {  // 209 KiB smem, 1 CTA/SM (255 regs); see docs/PERF.md v3
-  static constexpr int kWarps = 8, kSplitD = 2, kBlockN = 64, kBlockM = 64, kMinBlocks = 1;
+struct BwdConfig<256> {  // warp tiles: S/dP 16 x 32, dK/dV 32 x 64, dQ 32 x 64
+  static constexpr int kBlockM = 64, kBlockN = 64, kSdpWarpsM = 4, kDkvWarpsN = 2, kDqWarpsM = 2;
 };
 
 template <int kHeadDim>

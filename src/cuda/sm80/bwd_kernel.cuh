@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/convert.cuh"
 #include "cuda/common/softmax.cuh"
@@ -20,13 +21,13 @@
 
 namespace fa::cuda::sm80 {
 
-// Warp w owns kv rows 16·(w % kRowWarps) .. +15 of the block and, of those rows, the dK/dV
-// columns slice (w / kRowWarps). Without a split (kSplitD = 1) it computes Sᵀ = K Qᵀ and
-// dPᵀ = V dOᵀ for its rows, so Pᵀ and dSᵀ come out of the accumulators already in the
-// A-fragment layout of dV += Pᵀ dO and dK += dSᵀ Q: neither goes through shared memory. With a
-// split, the kSplitD warps of one row group each compute Sᵀ/dPᵀ for a kBlockM / kSplitD column
-// slice, stage Pᵀ and dSᵀ, sync as a group, and read the whole rows back as A fragments.
-// dSᵀ is staged in every case for dQ = dS K.
+// Per q step the 8 warps compute S = Q Kᵀ and dP = dO Vᵀ on one warp grid, turn them into P and
+// dS = P ∘ (dP − D) in registers and stage both (16-bit) in shared memory; after one CTA barrier
+// they compute dV += Pᵀ dO and dK += dSᵀ Q on a second grid (dK/dV stay in registers) and
+// dQ = dS K on a third, whose fp32 tile is added to the workspace with vector atomics. Every
+// GEMM reads both operands from swizzled shared tiles with ldmatrix (transposed where the
+// stored tile is [k][m] or [k][n]); each warp's tile is at least 16 x 32, so one fragment feeds
+// several mma (docs/PERF.md: shared-memory reads per mma set this kernel's speed).
 template <int kHeadDim_, bool kIsBf16_>
 struct BwdKernel {
   using Params = BwdParams;
@@ -35,38 +36,36 @@ struct BwdKernel {
   static constexpr bool kIsBf16 = kIsBf16_;
   using T = typename Storage<kIsBf16>::type;
 
-  static constexpr int kWarps = Config::kWarps;
+  static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMinBlocks = Config::kMinBlocks;
-  static constexpr int kSplitD = Config::kSplitD;
-  static constexpr int kRowWarps = kWarps / kSplitD;
+  static constexpr int kMinBlocks = 1;
   static constexpr int kBlockN = Config::kBlockN;  // kv rows per CTA
   static constexpr int kBlockM = Config::kBlockM;  // q rows per inner step
-  static_assert(kBlockN == 16 * kRowWarps, "each row warp owns 16 kv rows");
-  static constexpr int kSliceD = kHeadDim / kSplitD;
-  static constexpr int kSdpCols = kBlockM / kSplitD;  // q columns of Sᵀ/dPᵀ per warp
-  static_assert(kSdpCols % 16 == 0, "whole k-steps of dV/dK per warp");
-  // dQ = dS K: warps tile [kBlockM, kHeadDim] as kDqWarpsM x kDqWarpsN, 32 rows each.
-  static constexpr int kDqWarpsM = kBlockM / 32;
-  static constexpr int kDqWarpsN = kWarps / kDqWarpsM;
-  static constexpr int kDqTileN = kHeadDim / kDqWarpsN;
-  static_assert(kDqTileN % 16 == 0 && kSliceD % 16 == 0 && kHeadDim % 64 == 0, "tile shape");
+  // Warp tiles: S/dP kSdpM (q) x kSdpN (kv); dK/dV kDkvM (kv) x kDkvN (d); dQ kDqM (q) x kDqN (d).
+  static constexpr int kSdpWarpsM = Config::kSdpWarpsM, kDkvWarpsN = Config::kDkvWarpsN,
+                       kDqWarpsM = Config::kDqWarpsM;
+  static constexpr int kSdpM = kBlockM / kSdpWarpsM, kSdpN = kBlockN / (kWarps / kSdpWarpsM);
+  static constexpr int kDkvM = kBlockN / kDkvWarpsN, kDkvN = kHeadDim / (kWarps / kDkvWarpsN);
+  static constexpr int kDqM = kBlockM / kDqWarpsM, kDqN = kHeadDim / (kWarps / kDqWarpsM);
+  static_assert(kSdpM % 16 == 0 && kDkvM % 16 == 0 && kDqM % 16 == 0, "whole m16 tiles per warp");
+  static_assert(kSdpN % 16 == 0 && kDkvN % 16 == 0 && kDqN % 16 == 0, "whole n16 pairs per warp");
+  static_assert(kBlockM >= 64 && kBlockN >= 64 && kHeadDim >= 64, "the swizzle needs 64 columns");
 
   // Shared memory (bytes): K, V [kBlockN, kHeadDim]; Q, dO [kBlockM, kHeadDim] x 2 stages;
-  // dSᵀ [kBlockN, kBlockM]; LSE and D [kBlockM] x 2 stages; Pᵀ [kBlockN, kBlockM] when the
-  // row group is split (kSplitD > 1). Rows are 16-byte-chunk
-  // swizzled (chunk ^= row % 8), so ldmatrix and cp.async are bank-conflict free.
+  // P, dS [kBlockM, kBlockN]; LSE and D [kBlockM] x 2 stages. Rows are 16-byte-chunk swizzled
+  // (chunk ^= row % 8), so ldmatrix, the P/dS stores and cp.async are bank-conflict free.
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;
+  static constexpr int kTileP = kBlockM * kBlockN * 2;
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kTileKV;
   static constexpr int kOffQ = kOffV + kTileKV;
   static constexpr int kOffDO = kOffQ + 2 * kTileQ;
-  static constexpr int kOffDS = kOffDO + 2 * kTileQ;
-  static constexpr int kOffLse = kOffDS + kBlockN * kBlockM * 2;
+  static constexpr int kOffP = kOffDO + 2 * kTileQ;
+  static constexpr int kOffDS = kOffP + kTileP;
+  static constexpr int kOffLse = kOffDS + kTileP;
   static constexpr int kOffDsum = kOffLse + 2 * kBlockM * 4;
-  static constexpr int kOffP = kOffDsum + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kOffP + (kSplitD > 1 ? kBlockN * kBlockM * 2 : 0);
+  static constexpr int kSmemBytes = kOffDsum + 2 * kBlockM * 4;
 
   static dim3 block() { return dim3(kThreads); }
   static constexpr int smem_bytes() { return kSmemBytes; }
@@ -99,18 +98,23 @@ struct BwdKernel {
 
   // cta:: scope. Async copy of rows [0, rows) x cols [0, cols) of a strided tile into a
   // swizzled [kRows, kHeadDim] tile; the rest is zero-filled. `safe` is any readable address.
+  // Each thread copies one 16-byte column chunk in rows r0, r0 + kPass, ...: one pointer
+  // step per copy, and the same swizzle (kPass is a multiple of 8).
   template <int kRows>
   static __device__ __forceinline__ void cta_load_tile(uint32_t dst, const T* src, int64_t row_stride,
                                                        int rows, int cols, const T* safe) {
     constexpr int kChunksPerRow = kHeadDim / 8;
-    constexpr int kChunks = kRows * kChunksPerRow;
-    static_assert(kChunks % kThreads == 0, "whole chunks per thread");
+    constexpr int kPass = kThreads / kChunksPerRow;
+    static_assert(kThreads % kChunksPerRow == 0 && kRows % kPass == 0 && kPass % 8 == 0, "whole passes");
+    const int r0 = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+    const T* s = src + r0 * row_stride + col;
+    dst += swz<kHeadDim>(r0, col);
+    const bool col_ok = col < cols;
 #pragma unroll
-    for (int i = 0; i < kChunks / kThreads; ++i) {
-      const int c = i * kThreads + threadIdx.x;
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      const bool ok = r < rows && col < cols;
-      ptx::cp_async_16(dst + swz<kHeadDim>(r, col), ok ? src + r * row_stride + col : safe, ok);
+    for (int i = 0; i < kRows / kPass; ++i) {
+      const bool ok = col_ok && r0 + i * kPass < rows;
+      ptx::cp_async_16(dst + i * kPass * kHeadDim * 2, ok ? s : safe, ok);
+      s += kPass * row_stride;
     }
   }
 
@@ -147,6 +151,71 @@ struct BwdKernel {
     return lo;
   }
 
+  // ldmatrix addressing. A warp reads 16 x 16 blocks of a swizzled tile; lane l addresses one
+  // 16-byte row chunk: row lr, chunk lc of the block, lr = l % 8 + 8·((l / 8) % 2), lc = l / 16
+  // (pattern 0: A stored [m][k], B stored [k][n]), or lr = l % 8 + 8·(l / 16), lc = (l / 8) % 2
+  // (pattern 1: A stored [k][m], B stored [n][k]). frag_addr() computes a lane's address of the
+  // warp tile's first block (row0, col0) once; the block at +rows, +chunks is then
+  // (addr ^ ((chunks % 8) << 4)) + ((chunks & ~7) << 4) + rows·kCols·2: one XOR, the rest folds
+  // into the instruction's offset. That holds because the swizzle XORs a row's chunk index
+  // with row % 8 (unchanged by whole 16-row steps), and the chunk offsets of a warp tile
+  // (col0 / 8), of its blocks and of the lane (lc) have disjoint bits: warp tiles are powers of
+  // two at multiples of their size, and blocks step by two chunks from lc < 2.
+  template <int kCols, int kPattern>
+  static __device__ __forceinline__ uint32_t frag_addr(uint32_t tile, int row0, int col0) {
+    const int lane = threadIdx.x & 31;
+    const int lr = kPattern == 0 ? (lane & 7) + ((lane >> 3) & 1) * 8 : (lane & 7) + (lane >> 4) * 8;
+    const int lc = kPattern == 0 ? lane >> 4 : (lane >> 3) & 1;
+    return tile + swz<kCols>(row0 + lr, col0 + lc * 8);
+  }
+  template <int kCols>
+  static __device__ __forceinline__ uint32_t block_addr(uint32_t addr, int rows, int chunks) {
+    return (addr ^ uint32_t((chunks & 7) << 4)) + uint32_t((chunks & ~7) << 4) + uint32_t(rows * kCols * 2);
+  }
+
+  // One warp: acc[kM/16][kN/8] += A · B over k in [0, kK), both operands read by ldmatrix
+  // from swizzled shared tiles. a: frag_addr of A's warp tile, stored [m][k] (kATrans false,
+  // pattern 0) or [k][m] (pattern 1), kACols columns; b likewise for B, stored [n][k]
+  // (kBTrans false, pattern 1) or [k][n] (pattern 0). k starts at stored row or column 0.
+  template <int kM, int kN, int kK, int kACols, bool kATrans, int kBCols, bool kBTrans>
+  static __device__ __forceinline__ void warp_gemm(float (&acc)[kM / 16][kN / 8][4], uint32_t a, uint32_t b) {
+    static_assert((kM & (kM - 1)) == 0 && (kN & (kN - 1)) == 0, "power-of-two warp tiles (frag_addr)");
+#pragma unroll
+    for (int ks = 0; ks < kK / 16; ++ks) {
+      uint32_t af[kM / 16][4];
+#pragma unroll
+      for (int mi = 0; mi < kM / 16; ++mi) {
+        if constexpr (kATrans)
+          ptx::warp_ldmatrix_x4_trans(af[mi], block_addr<kACols>(a, ks * 16, mi * 2));
+        else
+          ptx::warp_ldmatrix_x4(af[mi], block_addr<kACols>(a, mi * 16, ks * 2));
+      }
+#pragma unroll
+      for (int n2 = 0; n2 < kN / 16; ++n2) {
+        uint32_t bf[4];
+        if constexpr (kBTrans)
+          ptx::warp_ldmatrix_x4_trans(bf, block_addr<kBCols>(b, ks * 16, n2 * 2));
+        else
+          ptx::warp_ldmatrix_x4(bf, block_addr<kBCols>(b, n2 * 16, ks * 2));
+#pragma unroll
+        for (int mi = 0; mi < kM / 16; ++mi) {
+          ptx::warp_mma_m16n8k16<kIsBf16>(acc[mi][2 * n2], af[mi], {bf[0], bf[1]});
+          ptx::warp_mma_m16n8k16<kIsBf16>(acc[mi][2 * n2 + 1], af[mi], {bf[2], bf[3]});
+        }
+      }
+    }
+  }
+
+  template <int kM, int kN>
+  static __device__ __forceinline__ void zero(float (&acc)[kM][kN][4]) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i)
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  }
+
   __device__ void operator()(const BwdParams& p, char* smem) const;
 };
 
@@ -177,7 +246,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   const int steps = n_qb * p.group;  // (query head, q block) pairs, q block fastest
 
   const uint32_t s_base = ptx::smem_u32(smem);
-  const uint32_t sK = s_base + kOffK, sV = s_base + kOffV, sDS = s_base + kOffDS;
+  const uint32_t sK = s_base + kOffK, sV = s_base + kOffV, sP = s_base + kOffP, sDS = s_base + kOffDS;
   const float* sLse = reinterpret_cast<const float*>(smem + kOffLse);
   const float* sDsum = reinterpret_cast<const float*>(smem + kOffDsum);
 
@@ -219,142 +288,114 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   if (steps > 0) load_step(0);
   ptx::cp_async_commit();
 
-  const int wr = warp % kRowWarps;  // kv row group of this warp
-  const int wd = warp / kRowWarps;  // dK/dV column slice of this warp
-  float acc_dk[kSliceD / 8][4], acc_dv[kSliceD / 8][4];
-#pragma unroll
-  for (int i = 0; i < kSliceD / 8; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
-
-  // Per-lane ldmatrix row/column offsets (rows advance in multiples of 8, so row % 8 = lane % 8).
-  const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;   // A, [m][k]
-  const int bn_row = (lane & 7) + (lane >> 4) * 8, bn_col = ((lane >> 3) & 1) * 8;  // B, [n][k]
-  const int bt_row = a_row, bt_col = a_col;                                           // B, [k][n] .trans
-  const int at_row = bn_row, at_col = bn_col;                                         // A, [k][m] .trans
-  const int dq_wm = warp / kDqWarpsN, dq_wn = warp % kDqWarpsN;
+  // This warp's place in the three warp grids.
+  const int sdp_m = (warp % kSdpWarpsM) * kSdpM, sdp_n = (warp / kSdpWarpsM) * kSdpN;
+  const int dkv_m = (warp % kDkvWarpsN) * kDkvM, dkv_n = (warp / kDkvWarpsN) * kDkvN;
+  const int dq_m = (warp % kDqWarpsM) * kDqM, dq_n = (warp / kDqWarpsM) * kDqN;
+  // Lane addresses of the warp tiles (stage 0; Q and dO share one, as do K and V, P and dS).
+  const uint32_t a_sdp = frag_addr<kHeadDim, 0>(s_base + kOffQ, sdp_m, 0);
+  const uint32_t b_sdp = frag_addr<kHeadDim, 1>(sK, sdp_n, 0);
+  const uint32_t a_dkv = frag_addr<kBlockN, 1>(sP, 0, dkv_m);
+  const uint32_t b_dkv = frag_addr<kHeadDim, 0>(s_base + kOffQ, 0, dkv_n);
+  const uint32_t a_dq = frag_addr<kBlockN, 0>(sDS, dq_m, 0);
+  const uint32_t b_dq = frag_addr<kHeadDim, 0>(sK, 0, dq_n);
+  float acc_dk[kDkvM / 16][kDkvN / 8][4], acc_dv[kDkvM / 16][kDkvN / 8][4];
+  zero(acc_dk);
+  zero(acc_dv);
 
   for (int s = 0; s < steps; ++s) {
     const int stage = s & 1;
     const int h = hk * p.group + s / n_qb;
     const int qb = qb_first + s % n_qb;
     const int q0 = qb * kBlockM;
-    if (s + 1 < steps) load_step(s + 1);
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // stage `stage` landed for all; every warp is done with step s-1
+    if (s + 1 < steps) load_step(s + 1);  // into the stage step s-1 read
     ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();
-    __syncthreads();  // stage `stage` landed for all; everyone is done with step s-1's dSᵀ
 
-    const uint32_t sQ = s_base + kOffQ + stage * kTileQ;
-    const uint32_t sDO = s_base + kOffDO + stage * kTileQ;
+    const uint32_t q_stage = stage * kTileQ;  // a multiple of 128 bytes: frag_addr offsets add
 
-    // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for this warp's 16 kv rows and q columns qc0 .. +kSdpCols.
-    const int qc0 = wd * kSdpCols;
-    float acc_s[kSdpCols / 8][4], acc_dp[kSdpCols / 8][4];
+    // S = Q Kᵀ and dP = dO Vᵀ for this warp's q rows sdp_m.. and kv columns sdp_n...
+    float acc_s[kSdpM / 16][kSdpN / 8][4], acc_dp[kSdpM / 16][kSdpN / 8][4];
+    zero(acc_s);
+    zero(acc_dp);
+    warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_s, a_sdp + q_stage, b_sdp);
+    warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_dp, a_sdp + q_stage + (kOffDO - kOffQ),
+                                                                         b_sdp + (kOffV - kOffK));
+
+    // P = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c), and dP − D
+    // (times 1 − tanh² under softcap) in acc_dp; one branch-free pass per softcap setting.
+    auto p_pass = [&](auto softcap) {
 #pragma unroll
-    for (int i = 0; i < kSdpCols / 8; ++i)
+      for (int mi = 0; mi < kSdpM / 16; ++mi) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_s[i][e] = acc_dp[i][e] = 0.f;
+        for (int hi = 0; hi < 2; ++hi) {
+          const int row = stage * kBlockM + sdp_m + mi * 16 + g + hi * 8;
+          const float l = sLse[row];
+          // A row with no visible key has LSE = −inf: use +inf so that P = 0, never NaN.
+          const float l2 = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+          const float d = sDsum[row];
 #pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      uint32_t ak[4], av[4];
-      ptx::warp_ldmatrix_x4(ak, sK + swz<kHeadDim>(wr * 16 + a_row, ks * 16 + a_col));
-      ptx::warp_ldmatrix_x4(av, sV + swz<kHeadDim>(wr * 16 + a_row, ks * 16 + a_col));
+          for (int ni = 0; ni < kSdpN / 8; ++ni) {
 #pragma unroll
-      for (int n2 = 0; n2 < kSdpCols / 16; ++n2) {
-        uint32_t bq[4], bd[4];
-        ptx::warp_ldmatrix_x4(bq, sQ + swz<kHeadDim>(qc0 + n2 * 16 + bn_row, ks * 16 + bn_col));
-        ptx::warp_ldmatrix_x4(bd, sDO + swz<kHeadDim>(qc0 + n2 * 16 + bn_row, ks * 16 + bn_col));
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_s[2 * n2], ak, {bq[0], bq[1]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_s[2 * n2 + 1], ak, {bq[2], bq[3]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dp[2 * n2], av, {bd[0], bd[1]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dp[2 * n2 + 1], av, {bd[2], bd[3]});
+            for (int e = 2 * hi; e < 2 * hi + 2; ++e) {
+              if constexpr (decltype(softcap)::value) {
+                const float th = softcap_tanh(acc_s[mi][ni][e] * p.softcap_in);
+                acc_s[mi][ni][e] = ptx::ex2_approx(th * p.score_log2 - l2);
+                acc_dp[mi][ni][e] = (acc_dp[mi][ni][e] - d) * (1.f - th * th);
+              } else {
+                acc_s[mi][ni][e] = ptx::ex2_approx(acc_s[mi][ni][e] * p.score_log2 - l2);
+                acc_dp[mi][ni][e] -= d;
+              }
+            }
+          }
+        }
       }
-    }
+    };
+    if (p.softcap > 0.f) p_pass(std::true_type{});
+    else p_pass(std::false_type{});
 
-    // P = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
-    // dS_x = P ∘ (dP − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
+    // Masked and padded entries get P = 0; only tiles that the mask or a sequence end cuts.
     const bool full = q0 + kBlockM <= sq && kv_rows == kBlockN &&
                       mask.key_begin(q0 + kBlockM - 1, sq, sk) <= kv0 &&
                       mask.key_end(q0, sq, sk) >= kv0 + kBlockN;
+    if (!full) {
 #pragma unroll
-    for (int nt = 0; nt < kSdpCols / 8; ++nt) {
-      const int col = qc0 + nt * 8 + 2 * t4;
-      const float2 lse = *reinterpret_cast<const float2*>(sLse + stage * kBlockM + col);
-      const float2 dsum = *reinterpret_cast<const float2*>(sDsum + stage * kBlockM + col);
+      for (int mi = 0; mi < kSdpM / 16; ++mi) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = col + (e & 1);
-        const int r = wr * 16 + g + (e >> 1) * 8;
-        const float l = (e & 1) ? lse.y : lse.x;
-        // A row with no visible key has LSE = −inf: use +inf so that P = 0, never NaN.
-        const float l2 = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-        const float d = (e & 1) ? dsum.y : dsum.x;
-        float x, chain = 1.f;
-        if (p.softcap > 0.f) {
-          const float th = softcap_tanh(acc_s[nt][e] * p.softcap_in);
-          x = th * p.score_log2;
-          chain = 1.f - th * th;
-        } else {
-          x = acc_s[nt][e] * p.score_log2;
+        for (int hi = 0; hi < 2; ++hi) {
+          // Visible columns [c_lo, c_hi) of this q row, relative to kv0 (none past sq).
+          const int r = q0 + sdp_m + mi * 16 + g + hi * 8;
+          const int64_t lo = mask.key_begin(r, sq, sk) - kv0, up = mask.key_end(r, sq, sk) - kv0;
+          const int c_lo = int(lo < 0 ? 0 : (lo > kBlockN ? kBlockN : lo));
+          const int c_hi = r < sq ? int(up < 0 ? 0 : (up > kBlockN ? kBlockN : up)) : 0;
+#pragma unroll
+          for (int ni = 0; ni < kSdpN / 8; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = sdp_n + ni * 8 + 2 * t4 + e;
+              if (c < c_lo || c >= c_hi) acc_s[mi][ni][2 * hi + e] = 0.f;
+            }
+          }
         }
-        float pr = ptx::ex2_approx(x - l2);
-        if (!full && !(q0 + c < sq && r < kv_rows && mask.visible(q0 + c, kv0 + r, sq, sk))) pr = 0.f;
-        acc_s[nt][e] = pr;
-        acc_dp[nt][e] = pr * (acc_dp[nt][e] - d) * chain;
       }
     }
 
-    // Pᵀ, dSᵀ as bf16/fp16 pairs: C fragment pairs of n-tiles 2kk, 2kk+1 = A fragment of k-step kk.
-    uint32_t ap_own[kSdpCols / 16][4], ads_own[kSdpCols / 16][4];
+    // Stage P and dS = P ∘ (dP − D)(·chain) [q][kv] as 16-bit pairs: one writer per element.
 #pragma unroll
-    for (int kk = 0; kk < kSdpCols / 16; ++kk) {
+    for (int mi = 0; mi < kSdpM / 16; ++mi) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int nt = 2 * kk + (i >> 1), e = (i & 1) * 2;
-        ap_own[kk][i] = pack2<kIsBf16>(acc_s[nt][e], acc_s[nt][e + 1]);
-        ads_own[kk][i] = pack2<kIsBf16>(acc_dp[nt][e], acc_dp[nt][e + 1]);
-      }
-    }
-    // Stage dSᵀ [kv][q] for dQ (and Pᵀ when the row group is split): one writer per element.
-    auto warp_stage = [&](uint32_t buf, int kk, const uint32_t (&x)[4]) {
-      const int r = wr * 16 + g;
-      const int c0 = qc0 + kk * 16 + 2 * t4;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buf + swz<kBlockM>(r, c0 & ~7) + (c0 & 7) * 2), "r"(x[0]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buf + swz<kBlockM>(r + 8, c0 & ~7) + (c0 & 7) * 2), "r"(x[1]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buf + swz<kBlockM>(r, (c0 + 8) & ~7) + (c0 & 7) * 2), "r"(x[2]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buf + swz<kBlockM>(r + 8, (c0 + 8) & ~7) + (c0 & 7) * 2), "r"(x[3]));
-    };
+      for (int ni = 0; ni < kSdpN / 8; ++ni) {
 #pragma unroll
-    for (int kk = 0; kk < kSdpCols / 16; ++kk) {
-      warp_stage(sDS, kk, ads_own[kk]);
-      if constexpr (kSplitD > 1) warp_stage(s_base + kOffP, kk, ap_own[kk]);
-    }
-    if constexpr (kSplitD > 1) {
-      // The kSplitD warps of row group wr exchange their Pᵀ/dSᵀ column slices (barrier 1 + wr).
-      asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wr), "r"(32 * kSplitD) : "memory");
-    }
-
-    // dV += Pᵀ dO and dK += dSᵀ Q over this warp's column slice.
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      uint32_t ap[4], ads[4];
-      if constexpr (kSplitD == 1) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ap[i] = ap_own[kk][i], ads[i] = ads_own[kk][i];
-      } else {
-        ptx::warp_ldmatrix_x4(ap, s_base + kOffP + swz<kBlockM>(wr * 16 + a_row, kk * 16 + a_col));
-        ptx::warp_ldmatrix_x4(ads, sDS + swz<kBlockM>(wr * 16 + a_row, kk * 16 + a_col));
-      }
-#pragma unroll
-      for (int n2 = 0; n2 < kSliceD / 16; ++n2) {
-        const int col = wd * kSliceD + n2 * 16 + bt_col;
-        uint32_t bd[4], bq[4];
-        ptx::warp_ldmatrix_x4_trans(bd, sDO + swz<kHeadDim>(kk * 16 + bt_row, col));
-        ptx::warp_ldmatrix_x4_trans(bq, sQ + swz<kHeadDim>(kk * 16 + bt_row, col));
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dv[2 * n2], ap, {bd[0], bd[1]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dv[2 * n2 + 1], ap, {bd[2], bd[3]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dk[2 * n2], ads, {bq[0], bq[1]});
-        ptx::warp_mma_m16n8k16<kIsBf16>(acc_dk[2 * n2 + 1], ads, {bq[2], bq[3]});
+        for (int hi = 0; hi < 2; ++hi) {
+          const int r = sdp_m + mi * 16 + g + hi * 8, c = sdp_n + ni * 8;
+          const uint32_t off = swz<kBlockN>(r, c) + t4 * 4;
+          const float p0 = acc_s[mi][ni][2 * hi], p1 = acc_s[mi][ni][2 * hi + 1];
+          const uint32_t pv = pack2<kIsBf16>(p0, p1);
+          const uint32_t dsv = pack2<kIsBf16>(p0 * acc_dp[mi][ni][2 * hi], p1 * acc_dp[mi][ni][2 * hi + 1]);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + off), "r"(pv));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off), "r"(dsv));
+        }
       }
     }
 
@@ -369,48 +410,29 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
         }
       }
     }
-    __syncthreads();  // dSᵀ staged; all reads of this stage's Q and dO are done
+    __syncthreads();  // P and dS staged
 
-    // dQ[q0 .., :] += dS K: [kBlockM, kHeadDim] over k = kv rows, fp32 atomics.
+    // dV += Pᵀ dO and dK += dSᵀ Q over this warp's kv rows dkv_m.. and columns dkv_n...
+    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dv, a_dkv, b_dkv + q_stage + (kOffDO - kOffQ));
+    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage);
+
+    // dQ[q0 + dq_m .., dq_n ..] += dS K over the block's kv rows, fp32 atomics.
     {
-      float acc_dq[2][kDqTileN / 8][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int i = 0; i < kDqTileN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_dq[mi][i][e] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-          ptx::warp_ldmatrix_x4_trans(a[mi], sDS + swz<kBlockM>(ks * 16 + at_row, dq_wm * 32 + mi * 16 + at_col));
-#pragma unroll
-        for (int n2 = 0; n2 < kDqTileN / 16; ++n2) {
-          uint32_t bk[4];
-          ptx::warp_ldmatrix_x4_trans(bk, sK + swz<kHeadDim>(ks * 16 + bt_row, dq_wn * kDqTileN + n2 * 16 + bt_col));
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            ptx::warp_mma_m16n8k16<kIsBf16>(acc_dq[mi][2 * n2], a[mi], {bk[0], bk[1]});
-            ptx::warp_mma_m16n8k16<kIsBf16>(acc_dq[mi][2 * n2 + 1], a[mi], {bk[2], bk[3]});
-          }
-        }
-      }
+      float acc_dq[kDqM / 16][kDqN / 8][4];
+      zero(acc_dq);
+      warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
       const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
-      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base) * p.head_dim;
+      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;
+      const int rows = sq - q0 - dq_m - g, cols = p.head_dim - dq_n - 2 * t4;  // left of the tile
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < kDqM / 16; ++mi)
 #pragma unroll
-        for (int nt = 0; nt < kDqTileN / 8; ++nt) {
-          const int col = dq_wn * kDqTileN + nt * 8 + 2 * t4;
-          const int r = q0 + dq_wm * 32 + mi * 16 + g;
-          if (col < p.head_dim) {
-            if (r < sq) ptx::red_add_f32x2(dq + int64_t(r) * p.head_dim + col, acc_dq[mi][nt][0], acc_dq[mi][nt][1]);
-            if (r + 8 < sq)
-              ptx::red_add_f32x2(dq + int64_t(r + 8) * p.head_dim + col, acc_dq[mi][nt][2], acc_dq[mi][nt][3]);
-          }
-        }
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+          for (int nt = 0; nt < kDqN / 8; ++nt)
+            if (mi * 16 + hi * 8 < rows && nt * 8 < cols)
+              ptx::red_add_f32x2(dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8, acc_dq[mi][nt][2 * hi],
+                                 acc_dq[mi][nt][2 * hi + 1]);
     }
     if (lock != nullptr) {
       __threadfence();
@@ -418,6 +440,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
       if (tid == 0) ptx::red_release_add_gpu(lock, 1);
     }
   }
+  ptx::cp_async_wait<0>();  // nothing in flight at exit (a CTA with no step)
 
   // Epilogue: dK = scale · Σ dSᵀ Q, dV = Σ Pᵀ dO, rounded to the storage type.
   T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + (seq.k_start + kv0) * p.dk_row_stride +
@@ -425,20 +448,22 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + (seq.k_start + kv0) * p.dv_row_stride +
           hk * p.dv_head_stride;
 #pragma unroll
-  for (int nt = 0; nt < kSliceD / 8; ++nt) {
-    const int col = wd * kSliceD + nt * 8 + 2 * t4;
+  for (int mi = 0; mi < kDkvM / 16; ++mi)
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      const int r = wr * 16 + g + hi * 8;
-      if (r >= kv_rows) continue;
-      if (col < p.head_dim)
-        *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            pack2<kIsBf16>(acc_dk[nt][2 * hi] * p.scale, acc_dk[nt][2 * hi + 1] * p.scale);
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            pack2<kIsBf16>(acc_dv[nt][2 * hi], acc_dv[nt][2 * hi + 1]);
+    for (int nt = 0; nt < kDkvN / 8; ++nt) {
+      const int col = dkv_n + nt * 8 + 2 * t4;
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int r = dkv_m + mi * 16 + g + hi * 8;
+        if (r >= kv_rows) continue;
+        if (col < p.head_dim)
+          *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
+              pack2<kIsBf16>(acc_dk[mi][nt][2 * hi] * p.scale, acc_dk[mi][nt][2 * hi + 1] * p.scale);
+        if (col < p.head_dim_v)
+          *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
+              pack2<kIsBf16>(acc_dv[mi][nt][2 * hi], acc_dv[mi][nt][2 * hi + 1]);
+      }
     }
-  }
 }
 
 }  // namespace fa::cuda::sm80

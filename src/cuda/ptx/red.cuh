@@ -19,6 +19,24 @@ __device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
 #endif
 }
 
+// The same under a predicate (@p red ...): no branch around the instruction when `pred` is false.
+__device__ __forceinline__ void red_add_f32x2_if(bool pred, float* addr, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
+      " @p red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n}\n" ::"l"(addr),
+      "f"(a), "f"(b), "r"(int(pred))
+      : "memory");
+#else
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n"
+      " @p red.relaxed.gpu.global.add.f32 [%0], %1;\n @p red.relaxed.gpu.global.add.f32 [%0+4], %2;\n}\n" ::"l"(
+          addr),
+      "f"(a), "f"(b), "r"(int(pred))
+      : "memory");
+#endif
+}
+
 // ld.acquire.gpu.global.b32 d, [addr];                                     (sm_70+)
 __device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
   int v;

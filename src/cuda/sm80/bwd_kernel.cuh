@@ -257,12 +257,10 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   const T* v_ptr = static_cast<const T*>(p.v) + b * p.v_batch_stride +
                    (seq.k_start + kv0) * p.v_row_stride + hk * p.v_head_stride;
 
-  // Issues the loads of step `s` (query head, q block) into stage s % 2.
-  auto load_step = [&](int s) {
-    const int h = hk * p.group + s / n_qb;
-    const int q0 = (qb_first + s % n_qb) * kBlockM;
+  // Issues the loads of the step (query head h, q block qb) into `stage`.
+  auto load_step = [&](int h, int qb, int stage) {
+    const int q0 = qb * kBlockM;
     const int rows = min(kBlockM, sq - q0);
-    const int stage = s & 1;
     const int64_t qrow = seq.q_start + q0;
     cta_load_tile<kBlockM>(s_base + kOffQ + stage * kTileQ,
                            q_all + b * p.q_batch_stride + qrow * p.q_row_stride + h * p.q_head_stride,
@@ -285,7 +283,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   // Prologue: K, V and the first step in one group.
   cta_load_tile<kBlockN>(sK, k_ptr, p.k_row_stride, kv_rows, p.head_dim, static_cast<const T*>(p.k));
   cta_load_tile<kBlockN>(sV, v_ptr, p.v_row_stride, kv_rows, p.head_dim_v, static_cast<const T*>(p.v));
-  if (steps > 0) load_step(0);
+  if (steps > 0) load_step(hk * p.group, qb_first, 0);
   ptx::cp_async_commit();
 
   // This warp's place in the three warp grids.
@@ -303,14 +301,15 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   zero(acc_dk);
   zero(acc_dv);
 
-  for (int s = 0; s < steps; ++s) {
+  // Steps: (query head h, q block qb), q block fastest.
+  for (int s = 0, h = hk * p.group, qb = qb_first; s < steps; ++s) {
     const int stage = s & 1;
-    const int h = hk * p.group + s / n_qb;
-    const int qb = qb_first + s % n_qb;
     const int q0 = qb * kBlockM;
     ptx::cp_async_wait<0>();
     __syncthreads();  // stage `stage` landed for all; every warp is done with step s-1
-    if (s + 1 < steps) load_step(s + 1);  // into the stage step s-1 read
+    const bool last_qb = qb + 1 == qb_end;
+    const int h_next = last_qb ? h + 1 : h, qb_next = last_qb ? qb_first : qb + 1;
+    if (s + 1 < steps) load_step(h_next, qb_next, stage ^ 1);  // into the stage step s-1 read
     ptx::cp_async_commit();
 
     const uint32_t q_stage = stage * kTileQ;  // a multiple of 128 bytes: frag_addr offsets add
@@ -412,10 +411,8 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
     }
     __syncthreads();  // P and dS staged
 
-    // dV += Pᵀ dO and dK += dSᵀ Q over this warp's kv rows dkv_m.. and columns dkv_n...
+    // dV += Pᵀ dO over this warp's kv rows dkv_m.. and columns dkv_n.. ...
     warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dv, a_dkv, b_dkv + q_stage + (kOffDO - kOffQ));
-    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage);
-
     // dQ[q0 + dq_m .., dq_n ..] += dS K over the block's kv rows, fp32 atomics.
     {
       float acc_dq[kDqM / 16][kDqN / 8][4];
@@ -423,22 +420,28 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
       warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
       const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
       float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;
-      const int rows = sq - q0 - dq_m - g, cols = p.head_dim - dq_n - 2 * t4;  // left of the tile
+      // Rows and columns of the tile left from this lane's first pair: all of it on whole tiles.
+      const bool whole = q0 + kBlockM <= sq && p.head_dim == kHeadDim;
+      const int rows = whole ? kDqM : sq - q0 - dq_m - g, cols = whole ? kDqN : p.head_dim - dq_n - 2 * t4;
 #pragma unroll
       for (int mi = 0; mi < kDqM / 16; ++mi)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
           for (int nt = 0; nt < kDqN / 8; ++nt)
-            if (mi * 16 + hi * 8 < rows && nt * 8 < cols)
-              ptx::red_add_f32x2(dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8, acc_dq[mi][nt][2 * hi],
-                                 acc_dq[mi][nt][2 * hi + 1]);
+            ptx::red_add_f32x2_if(mi * 16 + hi * 8 < rows && nt * 8 < cols,
+                                  dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8, acc_dq[mi][nt][2 * hi],
+                                  acc_dq[mi][nt][2 * hi + 1]);
     }
+    // ... and dK += dSᵀ Q, while the dQ atomics drain.
+    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage);
     if (lock != nullptr) {
       __threadfence();
       __syncthreads();
       if (tid == 0) ptx::red_release_add_gpu(lock, 1);
     }
+    h = h_next;
+    qb = qb_next;
   }
   ptx::cp_async_wait<0>();  // nothing in flight at exit (a CTA with no step)
 

@@ -177,8 +177,13 @@ struct BwdKernel {
   // from swizzled shared tiles. a: frag_addr of A's warp tile, stored [m][k] (kATrans false,
   // pattern 0) or [k][m] (pattern 1), kACols columns; b likewise for B, stored [n][k]
   // (kBTrans false, pattern 1) or [k][n] (pattern 0). k starts at stored row or column 0.
-  template <int kM, int kN, int kK, int kACols, bool kATrans, int kBCols, bool kBTrans>
-  static __device__ __forceinline__ void warp_gemm(float (&acc)[kM / 16][kN / 8][4], uint32_t a, uint32_t b) {
+  // after_k(ks), if given, runs after k-step ks (work to interleave with the mma).
+  struct Nothing {
+    __device__ void operator()(int) const {}
+  };
+  template <int kM, int kN, int kK, int kACols, bool kATrans, int kBCols, bool kBTrans, class After = Nothing>
+  static __device__ __forceinline__ void warp_gemm(float (&acc)[kM / 16][kN / 8][4], uint32_t a, uint32_t b,
+                                                   After after_k = {}) {
     static_assert((kM & (kM - 1)) == 0 && (kN & (kN - 1)) == 0, "power-of-two warp tiles (frag_addr)");
 #pragma unroll
     for (int ks = 0; ks < kK / 16; ++ks) {
@@ -203,6 +208,7 @@ struct BwdKernel {
           ptx::warp_mma_m16n8k16<kIsBf16>(acc[mi][2 * n2 + 1], af[mi], {bf[2], bf[3]});
         }
       }
+      after_k(ks);
     }
   }
 
@@ -413,28 +419,28 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
 
     // dV += Pᵀ dO over this warp's kv rows dkv_m.. and columns dkv_n.. ...
     warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dv, a_dkv, b_dkv + q_stage + (kOffDO - kOffQ));
-    // dQ[q0 + dq_m .., dq_n ..] += dS K over the block's kv rows, fp32 atomics.
-    {
-      float acc_dq[kDqM / 16][kDqN / 8][4];
-      zero(acc_dq);
-      warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
-      const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
-      float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;
-      // Rows and columns of the tile left from this lane's first pair: all of it on whole tiles.
-      const bool whole = q0 + kBlockM <= sq && p.head_dim == kHeadDim;
-      const int rows = whole ? kDqM : sq - q0 - dq_m - g, cols = whole ? kDqN : p.head_dim - dq_n - 2 * t4;
+    // dQ[q0 + dq_m .., dq_n ..] += dS K over the block's kv rows, fp32 atomics issued between the
+    // k-steps of dK += dSᵀ Q, so that they drain under its mma.
+    float acc_dq[kDqM / 16][kDqN / 8][4];
+    zero(acc_dq);
+    warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
+    const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
+    float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;
+    // Rows and columns of the tile left from this lane's first pair: all of it on whole tiles.
+    const bool whole = q0 + kBlockM <= sq && p.head_dim == kHeadDim;
+    const int rows = whole ? kDqM : sq - q0 - dq_m - g, cols = whole ? kDqN : p.head_dim - dq_n - 2 * t4;
+    constexpr int kReds = kDqM / 16 * 2 * (kDqN / 8), kSteps = kBlockM / 16;  // pairs; dK's k-steps
+    auto red_slice = [&](int ks) {
 #pragma unroll
-      for (int mi = 0; mi < kDqM / 16; ++mi)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-          for (int nt = 0; nt < kDqN / 8; ++nt)
-            ptx::red_add_f32x2_if(mi * 16 + hi * 8 < rows && nt * 8 < cols,
-                                  dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8, acc_dq[mi][nt][2 * hi],
-                                  acc_dq[mi][nt][2 * hi + 1]);
-    }
-    // ... and dK += dSᵀ Q, while the dQ atomics drain.
-    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage);
+      for (int i = 0; i < kReds; ++i) {
+        if (i * kSteps / kReds != ks) continue;  // pair i goes out after k-step i·kSteps / kReds
+        const int mi = i / (2 * (kDqN / 8)), hi = i / (kDqN / 8) % 2, nt = i % (kDqN / 8);
+        ptx::red_add_f32x2_if(mi * 16 + hi * 8 < rows && nt * 8 < cols, dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8,
+                              acc_dq[mi][nt][2 * hi], acc_dq[mi][nt][2 * hi + 1]);
+      }
+    };
+    warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage,
+                                                                     red_slice);
     if (lock != nullptr) {
       __threadfence();
       __syncthreads();

@@ -320,45 +320,52 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
 
     const uint32_t q_stage = stage * kTileQ;  // a multiple of 128 bytes: frag_addr offsets add
 
-    // S = Q Kᵀ and dP = dO Vᵀ for this warp's q rows sdp_m.. and kv columns sdp_n...
+    // S = Q Kᵀ and dP = dO Vᵀ for this warp's q rows sdp_m.. and kv columns sdp_n.., then
+    // P = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c), and dP − D (times
+    // 1 − tanh² under softcap) in acc_dp. Without softcap, P is computed between dP's k-steps.
     float acc_s[kSdpM / 16][kSdpN / 8][4], acc_dp[kSdpM / 16][kSdpN / 8][4];
     zero(acc_s);
     zero(acc_dp);
-    warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_s, a_sdp + q_stage, b_sdp);
-    warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_dp, a_sdp + q_stage + (kOffDO - kOffQ),
-                                                                         b_sdp + (kOffV - kOffK));
-
-    // P = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c), and dP − D
-    // (times 1 − tanh² under softcap) in acc_dp; one branch-free pass per softcap setting.
-    auto p_pass = [&](auto softcap) {
+    float l2[kSdpM / 16][2], dsum[kSdpM / 16][2];  // this lane's rows: LSE·log2e and D
 #pragma unroll
-      for (int mi = 0; mi < kSdpM / 16; ++mi) {
+    for (int mi = 0; mi < kSdpM / 16; ++mi) {
 #pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          const int row = stage * kBlockM + sdp_m + mi * 16 + g + hi * 8;
-          const float l = sLse[row];
-          // A row with no visible key has LSE = −inf: use +inf so that P = 0, never NaN.
-          const float l2 = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-          const float d = sDsum[row];
-#pragma unroll
-          for (int ni = 0; ni < kSdpN / 8; ++ni) {
-#pragma unroll
-            for (int e = 2 * hi; e < 2 * hi + 2; ++e) {
-              if constexpr (decltype(softcap)::value) {
-                const float th = softcap_tanh(acc_s[mi][ni][e] * p.softcap_in);
-                acc_s[mi][ni][e] = ptx::ex2_approx(th * p.score_log2 - l2);
-                acc_dp[mi][ni][e] = (acc_dp[mi][ni][e] - d) * (1.f - th * th);
-              } else {
-                acc_s[mi][ni][e] = ptx::ex2_approx(acc_s[mi][ni][e] * p.score_log2 - l2);
-                acc_dp[mi][ni][e] -= d;
-              }
-            }
-          }
-        }
+      for (int hi = 0; hi < 2; ++hi) {
+        const int row = stage * kBlockM + sdp_m + mi * 16 + g + hi * 8;
+        const float l = sLse[row];
+        // A row with no visible key has LSE = −inf: use +inf so that P = 0, never NaN.
+        l2[mi][hi] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+        dsum[mi][hi] = sDsum[row];
       }
-    };
-    if (p.softcap > 0.f) p_pass(std::true_type{});
-    else p_pass(std::false_type{});
+    }
+    warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_s, a_sdp + q_stage, b_sdp);
+    const uint32_t a_dp = a_sdp + q_stage + (kOffDO - kOffQ), b_dp = b_sdp + (kOffV - kOffK);
+    constexpr int kElems = kSdpM / 16 * (kSdpN / 8) * 4, kSdpSteps = kHeadDim / 16;
+    if (p.softcap > 0.f) {
+      warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_dp, a_dp, b_dp);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const int mi = i / (kElems / (kSdpM / 16)), ni = i / 4 % (kSdpN / 8), e = i % 4;
+        const float th = softcap_tanh(acc_s[mi][ni][e] * p.softcap_in);
+        acc_s[mi][ni][e] = ptx::ex2_approx(th * p.score_log2 - l2[mi][e >> 1]);
+        acc_dp[mi][ni][e] = (acc_dp[mi][ni][e] - dsum[mi][e >> 1]) * (1.f - th * th);
+      }
+    } else {
+      auto p_slice = [&](int ks) {  // element i after k-step i·kSdpSteps / kElems
+#pragma unroll
+        for (int i = 0; i < kElems; ++i) {
+          if (i * kSdpSteps / kElems != ks) continue;
+          const int mi = i / (kElems / (kSdpM / 16)), ni = i / 4 % (kSdpN / 8), e = i % 4;
+          acc_s[mi][ni][e] = ptx::ex2_approx(acc_s[mi][ni][e] * p.score_log2 - l2[mi][e >> 1]);
+        }
+      };
+      warp_gemm<kSdpM, kSdpN, kHeadDim, kHeadDim, false, kHeadDim, false>(acc_dp, a_dp, b_dp, p_slice);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const int mi = i / (kElems / (kSdpM / 16)), ni = i / 4 % (kSdpN / 8), e = i % 4;
+        acc_dp[mi][ni][e] -= dsum[mi][e >> 1];
+      }
+    }
 
     // Masked and padded entries get P = 0; only tiles that the mask or a sequence end cuts.
     const bool full = q0 + kBlockM <= sq && kv_rows == kBlockN &&

@@ -303,6 +303,9 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   const uint32_t b_dkv = frag_addr<kHeadDim, 0>(s_base + kOffQ, 0, dkv_n);
   const uint32_t a_dq = frag_addr<kBlockN, 0>(sDS, dq_m, 0);
   const uint32_t b_dq = frag_addr<kHeadDim, 0>(sK, 0, dq_n);
+  // This lane's first P/dS pair (row sdp_m + g, column sdp_n + 2·t4); block_addr steps it by
+  // whole 8-row groups and 8-column chunks (chunk bits disjoint from sdp_n's, as above).
+  const uint32_t st_pds = sP + swz<kBlockN>(sdp_m + g, sdp_n) + t4 * 4;
   float acc_dk[kDkvM / 16][kDkvN / 8][4], acc_dv[kDkvM / 16][kDkvN / 8][4];
   zero(acc_dk);
   zero(acc_dv);
@@ -400,13 +403,12 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
       for (int ni = 0; ni < kSdpN / 8; ++ni) {
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const int r = sdp_m + mi * 16 + g + hi * 8, c = sdp_n + ni * 8;
-          const uint32_t off = swz<kBlockN>(r, c) + t4 * 4;
+          const uint32_t at = block_addr<kBlockN>(st_pds, mi * 16 + hi * 8, ni);
           const float p0 = acc_s[mi][ni][2 * hi], p1 = acc_s[mi][ni][2 * hi + 1];
           const uint32_t pv = pack2<kIsBf16>(p0, p1);
           const uint32_t dsv = pack2<kIsBf16>(p0 * acc_dp[mi][ni][2 * hi], p1 * acc_dp[mi][ni][2 * hi + 1]);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + off), "r"(pv));
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sDS + off), "r"(dsv));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pv));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + (kOffDS - kOffP)), "r"(dsv));
         }
       }
     }

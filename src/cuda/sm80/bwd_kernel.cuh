@@ -72,9 +72,7 @@ struct BwdKernel {
   static int64_t num_kv_blocks(int64_t seqlen_k) { return (seqlen_k + kBlockN - 1) / kBlockN; }
   static int64_t num_q_blocks(int64_t seqlen_q) { return (seqlen_q + kBlockM - 1) / kBlockM; }
   // One CTA per (kv block, kv head, batch), kv block fastest: ascending kv blocks are the
-  // longest under a causal mask. Deterministic mode launches them in descending order and adds
-  // dQ in that order, so a CTA waits only on CTAs launched before it, and under a causal mask a
-  // kv block's first q block (its diagonal) has no kv block above it to wait for.
+  // longest under a causal mask, and deterministic mode waits on the lower kv blocks.
   static int64_t num_ctas(const BwdParams& p) {
     return num_kv_blocks(p.seqlen_k) * int64_t(p.heads_kv) * p.batch;
   }
@@ -231,8 +229,7 @@ template <int kHeadDim, bool kIsBf16>
 __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, char* smem) const {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment row group / column pair
-  const int kv_slot = int(blockIdx.x % p.num_kv_blocks);
-  const int kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - kv_slot : kv_slot;
+  const int kv_block = int(blockIdx.x % p.num_kv_blocks);
   const int64_t rest = blockIdx.x / p.num_kv_blocks;
   const int hk = int(rest % p.heads_kv);
   const int b = int(rest / p.heads_kv);
@@ -416,16 +413,13 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
       }
     }
 
-    // Deterministic mode: dQ of (h, qb) is accumulated in descending kv-block order. The kv
-    // blocks that visit qb are contiguous up to the one holding the last key that qb's last row
-    // sees (key_end is monotone, and that row's window is not empty when it sees any key);
-    // wait for those above this one.
+    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
+    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
     int* lock = nullptr;
     if (p.locks != nullptr) {
       lock = p.locks + (int64_t(b) * p.heads_q + h) * p.num_q_blocks + qb;
       if (tid == 0) {
-        const int64_t key_end = mask.key_end(min(q0 + kBlockM, sq) - 1, sq, sk);
-        const int expected = int((key_end + kBlockN - 1) / kBlockN) - 1 - kv_block;
+        const int expected = kv_block - int(mask.key_begin(q0, sq, sk) / kBlockN);
         while (ptx::ld_acquire_gpu(lock) < expected) {
         }
       }

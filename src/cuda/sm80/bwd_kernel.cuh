@@ -23,11 +23,13 @@ namespace fa::cuda::sm80 {
 
 // Per q step the 8 warps compute S = Q Kᵀ and dP = dO Vᵀ on one warp grid, turn them into P and
 // dS = P ∘ (dP − D) in registers and stage both (16-bit) in shared memory; after one CTA barrier
-// they compute dV += Pᵀ dO and dK += dSᵀ Q on a second grid (dK/dV stay in registers) and
-// dQ = dS K on a third, whose fp32 tile is added to the workspace with vector atomics. Every
-// GEMM reads both operands from swizzled shared tiles with ldmatrix (transposed where the
-// stored tile is [k][m] or [k][n]); each warp's tile is at least 16 x 32, so one fragment feeds
-// several mma (docs/PERF.md: shared-memory reads per mma set this kernel's speed).
+// they compute dV += Pᵀ dO, dQ = dS K and dK += dSᵀ Q on two more grids (dK/dV stay in
+// registers); the fp32 dQ tile is added to the workspace with vector atomics. Every GEMM reads
+// both operands from swizzled shared tiles with ldmatrix (transposed where the stored tile is
+// [k][m] or [k][n]); each warp's tile is at least 16 x 32, so one fragment feeds several mma.
+// With 8 warps a SM the kernel is latency-bound, so work with no mma of its own runs between
+// the k-steps of a GEMM: the exponentials of P inside dP's, the dQ atomics inside dK's
+// (docs/PERF.md, sm80 backward: each step, its prediction and its outcome).
 template <int kHeadDim_, bool kIsBf16_>
 struct BwdKernel {
   using Params = BwdParams;

@@ -1,5 +1,6 @@
 // CUDA backend, common/: conversions between fp32 and the 16-bit storage types.
-// Packs/unpacks pairs as one 32-bit register (the mma fragment element), round-to-nearest.
+// Packs/unpacks pairs as one 32-bit register (the mma fragment element), round-to-nearest;
+// zero_acc clears an mma accumulator array.
 // No memory access and no layout logic here.
 #pragma once
 
@@ -23,6 +24,17 @@ struct Storage<false> {
   using type = __half;
   using type2 = __half2;
 };
+
+// An mma accumulator array (m tiles x n tiles x the 4 fp32 of a C fragment) set to zero.
+template <int kM, int kN>
+__device__ __forceinline__ void zero_acc(float (&acc)[kM][kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
 
 // (lo, hi) fp32 -> one register holding {lo, hi} in the 16-bit type (lo in the low half).
 template <bool kIsBf16>

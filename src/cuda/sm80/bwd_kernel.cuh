@@ -214,16 +214,6 @@ struct BwdKernel {
     }
   }
 
-  template <int kM, int kN>
-  static __device__ __forceinline__ void zero(float (&acc)[kM][kN][4]) {
-#pragma unroll
-    for (int i = 0; i < kM; ++i)
-#pragma unroll
-      for (int j = 0; j < kN; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-  }
-
   __device__ void operator()(const BwdParams& p, char* smem) const;
 };
 
@@ -309,8 +299,8 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
   // whole 8-row groups and 8-column chunks (chunk bits disjoint from sdp_n's, as above).
   const uint32_t st_pds = sP + swz<kBlockN>(sdp_m + g, sdp_n) + t4 * 4;
   float acc_dk[kDkvM / 16][kDkvN / 8][4], acc_dv[kDkvM / 16][kDkvN / 8][4];
-  zero(acc_dk);
-  zero(acc_dv);
+  zero_acc(acc_dk);
+  zero_acc(acc_dv);
 
   // Steps: (query head h, q block qb), q block fastest.
   for (int s = 0, h = hk * p.group, qb = qb_first; s < steps; ++s) {
@@ -329,8 +319,8 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
     // P = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c), and dP − D (times
     // 1 − tanh² under softcap) in acc_dp. Without softcap, P is computed between dP's k-steps.
     float acc_s[kSdpM / 16][kSdpN / 8][4], acc_dp[kSdpM / 16][kSdpN / 8][4];
-    zero(acc_s);
-    zero(acc_dp);
+    zero_acc(acc_s);
+    zero_acc(acc_dp);
     float l2[kSdpM / 16][2], dsum[kSdpM / 16][2];  // this lane's rows: LSE·log2e and D
 #pragma unroll
     for (int mi = 0; mi < kSdpM / 16; ++mi) {
@@ -433,7 +423,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
     // dQ[q0 + dq_m .., dq_n ..] += dS K over the block's kv rows, fp32 atomics issued between the
     // k-steps of dK += dSᵀ Q, so that they drain under its mma.
     float acc_dq[kDqM / 16][kDqN / 8][4];
-    zero(acc_dq);
+    zero_acc(acc_dq);
     warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
     const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
     float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;

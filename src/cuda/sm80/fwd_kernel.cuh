@@ -167,12 +167,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, W, S, MB, Bf16>::operator()
   const int warp_row0 = m0 + warp * kWarpRows + g;  // sequence row of c0/c1 in m-tile 0
 
   float acc_o[kMT][kOT][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][ot][e] = 0.f;
+  zero_acc(acc_o);
   OnlineSoftmax<kMT> softmax;
   softmax.init();
 

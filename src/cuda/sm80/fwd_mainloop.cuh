@@ -97,12 +97,7 @@ template <bool kIsBf16, int kHeadDim, int kMT, int kNT>
 __device__ __forceinline__ void warp_gemm_qk(float (&s)[kMT][kNT][4], const LaneAddr<kHeadDim>& q,
                                              const LaneAddr<kHeadDim>& k) {
   constexpr int kRowBytes = kHeadDim * 2;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+  zero_acc(s);
 #pragma unroll
   for (int ks = 0; ks < kHeadDim / 16; ++ks) {
     uint32_t a[kMT][4];

@@ -40,39 +40,68 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // m_new = max(m_old, rowmax(S_ij))
-        float m_new = row_max[mt][h];
+      for (int h = 0; h < 2; ++h) rescale(s, o, mt, h, new_max(s, mt, h), score_log2);
+    }
+  }
+
+  // step() for rows whose keys are split over several warps: each holds some of S's columns
+  // and some of O's. join(m) must turn every warp's m_new[kMT][2] into the same maximum over
+  // all of them (e.g. an exchange through shared memory); each warp's l then sums its own keys.
+  template <int kNT, int kOT, class Join>
+  __device__ __forceinline__ void step_joint(float (&s)[kMT][kNT][4], float (&o)[kMT][kOT][4],
+                                             float score_log2, Join&& join) {
+    float m_new[kMT][2];
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          m_new = fmaxf(m_new, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-        }
-        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-        // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
-        const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
-        // alpha = exp2(m_old·score_log2 − m_new·score_log2)   (0 on the first visible block)
-        const float alpha = ptx::ex2_approx(row_max[mt][h] * score_log2 - m_scaled);
-        row_max[mt][h] = m_new;
-        // P_ij = exp2(S_ij·score_log2 − m_new·score_log2);  l = alpha·l + rowsum(P_ij)
-        float sum = 0.f;
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
+      for (int h = 0; h < 2; ++h) m_new[mt][h] = new_max(s, mt, h);
+    }
+    join(m_new);
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = ptx::ex2_approx(fmaf(s[mt][nt][2 * h + e], score_log2, -m_scaled));
-            s[mt][nt][2 * h + e] = pv;
-            sum += pv;
-          }
-        }
-        row_sum[mt][h] = fmaf(row_sum[mt][h], alpha, sum);
-        // O = alpha·O
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int ot = 0; ot < kOT; ++ot) {
-          o[mt][ot][2 * h] *= alpha;
-          o[mt][ot][2 * h + 1] *= alpha;
-        }
+      for (int h = 0; h < 2; ++h) rescale(s, o, mt, h, m_new[mt][h], score_log2);
+    }
+  }
+
+  // m_new = max(m_old, rowmax(S)) for row h of m-tile mt, reduced over the quad.
+  template <int kNT>
+  __device__ __forceinline__ float new_max(const float (&s)[kMT][kNT][4], int mt, int h) const {
+    float m_new = row_max[mt][h];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      m_new = fmaxf(m_new, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+    }
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+    return fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+  }
+
+  // Row h of m-tile mt moves to the maximum m_new: S becomes P, l and O are rescaled.
+  template <int kNT, int kOT>
+  __device__ __forceinline__ void rescale(float (&s)[kMT][kNT][4], float (&o)[kMT][kOT][4], int mt,
+                                          int h, float m_new, float score_log2) {
+    // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
+    const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
+    // alpha = exp2(m_old·score_log2 − m_new·score_log2)   (0 on the first visible block)
+    const float alpha = ptx::ex2_approx(row_max[mt][h] * score_log2 - m_scaled);
+    row_max[mt][h] = m_new;
+    // P_ij = exp2(S_ij·score_log2 − m_new·score_log2);  l = alpha·l + rowsum(P_ij)
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = ptx::ex2_approx(fmaf(s[mt][nt][2 * h + e], score_log2, -m_scaled));
+        s[mt][nt][2 * h + e] = pv;
+        sum += pv;
       }
+    }
+    row_sum[mt][h] = fmaf(row_sum[mt][h], alpha, sum);
+    // O = alpha·O
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot) {
+      o[mt][ot][2 * h] *= alpha;
+      o[mt][ot][2 * h + 1] *= alpha;
     }
   }
 

@@ -16,6 +16,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
                "r"(src_size));
 }
 
+// cp.async.cg.shared.global [dst], [src], 16;   the same, all 16 bytes read    (sm_80+)
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 // cp.async.ca.shared.global [dst], [src], cp_size, src_size;  cp_size 4/8 (sm_80+)
 __device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src, bool valid) {
   const int src_size = valid ? 8 : 0;

@@ -12,24 +12,27 @@ namespace fa::cuda::sm80 {
 
 // Per head dim: query rows per CTA, keys per block, warps, K/V buffers (kStages: 1 = one K and
 // one V buffer refilled alternately, >= 2 = a ring of K/V pairs), CTAs per SM the register budget
-// is sized for (__launch_bounds__). Shared memory = (BM + 2·stages·BN)·D·2 bytes. The comments
-// give the H200 measurement (docs/PERF.md, "GPU forward") that chose each row over its rivals.
+// is sized for (__launch_bounds__), warps sharing a set of rows (kSplit: 1 = each warp alone,
+// 2 = pairs splitting S's keys and O's columns). Shared memory = (BM + 2·stages·BN)·D·2 bytes,
+// plus 2.5 KiB a warp when paired. The comments give the H200 measurement (docs/PERF.md, "GPU
+// forward") that chose each row over its rivals.
 template <int kHeadDim>
 struct FwdConfig;
-// Rows per warp = BM / warps: 32 (2 m16 tiles) lets each K/V fragment read from shared memory
-// feed 2 mmas; D = 256 cannot hold 2 tiles of O (128 registers each) and uses 16.
+// Rows per warp: 32 (2 m16 tiles) lets each K/V fragment read from shared memory feed 2 mmas.
+// D = 256 cannot hold 2 tiles of O (128 registers each) in one warp: a pair holds 32 rows, each
+// warp half of O's columns.
 template <>
 struct FwdConfig<64> {  // 48 KiB; stages 2 beat 1 by 6-12% on every grid cell, 3 by +-1% (noise)
-  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kStages = 2, kMinBlocks = 2;
+  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kStages = 2, kMinBlocks = 2, kSplit = 1;
 };
 template <>
 struct FwdConfig<128> {  // 64 KiB; stages 1 vs 2: +11% at 4k/8k non-causal, -3% at 512, +-2% else
-  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kStages = 1, kMinBlocks = 2;
+  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 4, kStages = 1, kMinBlocks = 2, kSplit = 1;
 };
 template <>
-struct FwdConfig<256> {  // 192 KiB, 1 CTA/SM; beat stages 1 by 1-3%, BM 64 x 4 warps x stages 1
-  // (2 CTAs/SM) by 5-9% (not causal 512: -3%), BM 64 x BN 32 x 4 warps by 9-14%
-  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8, kStages = 2, kMinBlocks = 1;
+struct FwdConfig<256> {  // 106 KiB, 2 CTAs/SM; the same tiles unpaired (16 rows a warp): 4-9% slower
+  // from 4k, equal below; 128 x 64 x 8 warps with a ring of 2 (192 KiB, 1 CTA/SM): 5-17% slower
+  static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4, kStages = 1, kMinBlocks = 2, kSplit = 2;
 };
 
 // Query rows per CTA of the kernel that serves kHeadDim (sizes the grid and num_m_blocks).

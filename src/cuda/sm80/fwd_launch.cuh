@@ -12,7 +12,7 @@ namespace fa::cuda::sm80 {
 template <int kHeadDim, bool kIsBf16>
 using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
                                FwdConfig<kHeadDim>::kWarps, FwdConfig<kHeadDim>::kStages,
-                               FwdConfig<kHeadDim>::kMinBlocks, kIsBf16>;
+                               FwdConfig<kHeadDim>::kMinBlocks, FwdConfig<kHeadDim>::kSplit, kIsBf16>;
 
 template <int kHeadDim, bool kIsBf16>
 std::string fwd_can_implement(const FwdParams& p, int smem_optin) {

@@ -30,9 +30,12 @@ namespace fa::cuda::sm80 {
 // With 8 warps a SM the kernel is latency-bound, so work with no mma of its own runs between
 // the k-steps of a GEMM: the exponentials of P inside dP's, the dQ atomics inside dK's
 // (docs/PERF.md, sm80 backward: each step, its prediction and its outcome).
-template <int kHeadDim_, bool kIsBf16_>
+// kDeterministic: dQ is added in a fixed order (descending kv block per q block, with the
+// counters of p.locks), the other instantiation never reads p.locks.
+template <int kHeadDim_, bool kIsBf16_, bool kDeterministic_ = false>
 struct BwdKernel {
   using Params = BwdParams;
+  static constexpr bool kDeterministic = kDeterministic_;
   using Config = BwdConfig<kHeadDim_>;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kIsBf16 = kIsBf16_;
@@ -74,7 +77,9 @@ struct BwdKernel {
   static int64_t num_kv_blocks(int64_t seqlen_k) { return (seqlen_k + kBlockN - 1) / kBlockN; }
   static int64_t num_q_blocks(int64_t seqlen_q) { return (seqlen_q + kBlockM - 1) / kBlockM; }
   // One CTA per (kv block, kv head, batch), kv block fastest: ascending kv blocks are the
-  // longest under a causal mask, and deterministic mode waits on the lower kv blocks.
+  // longest under a causal mask. The deterministic kernel launches them in descending order and
+  // adds dQ in that order, so a CTA waits only on CTAs launched before it, and under a causal
+  // mask a kv block's first q block (its diagonal) has no kv block above it to wait for.
   static int64_t num_ctas(const BwdParams& p) {
     return num_kv_blocks(p.seqlen_k) * int64_t(p.heads_kv) * p.batch;
   }
@@ -217,11 +222,12 @@ struct BwdKernel {
   __device__ void operator()(const BwdParams& p, char* smem) const;
 };
 
-template <int kHeadDim, bool kIsBf16>
-__device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, char* smem) const {
+template <int kHeadDim, bool kIsBf16, bool kDet>
+__device__ void BwdKernel<kHeadDim, kIsBf16, kDet>::operator()(const BwdParams& p, char* smem) const {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment row group / column pair
-  const int kv_block = int(blockIdx.x % p.num_kv_blocks);
+  const int kv_slot = int(blockIdx.x % p.num_kv_blocks);
+  const int kv_block = kDeterministic ? p.num_kv_blocks - 1 - kv_slot : kv_slot;
   const int64_t rest = blockIdx.x / p.num_kv_blocks;
   const int hk = int(rest % p.heads_kv);
   const int b = int(rest / p.heads_kv);
@@ -405,13 +411,16 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
       }
     }
 
-    // Deterministic mode: dQ of (h, qb) is accumulated in ascending kv-block order. The kv
-    // blocks that visit qb are contiguous from key_begin(q0) / kBlockN; wait for those below.
+    // Deterministic: dQ of (h, qb) is accumulated in descending kv-block order. The kv blocks
+    // that visit qb are contiguous up to the one holding the last key that qb's last row sees
+    // (key_end is monotone, and that row's window is not empty when it sees any key); wait for
+    // those above this one.
     int* lock = nullptr;
-    if (p.locks != nullptr) {
+    if constexpr (kDeterministic) {
       lock = p.locks + (int64_t(b) * p.heads_q + h) * p.num_q_blocks + qb;
       if (tid == 0) {
-        const int expected = kv_block - int(mask.key_begin(q0, sq, sk) / kBlockN);
+        const int64_t key_end = mask.key_end(min(q0 + kBlockM, sq) - 1, sq, sk);
+        const int expected = int((key_end + kBlockN - 1) / kBlockN) - 1 - kv_block;
         while (ptx::ld_acquire_gpu(lock) < expected) {
         }
       }
@@ -442,7 +451,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16>::operator()(const BwdParams& p, cha
     };
     warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage,
                                                                      red_slice);
-    if (lock != nullptr) {
+    if constexpr (kDeterministic) {
       __threadfence();
       __syncthreads();
       if (tid == 0) ptx::red_release_add_gpu(lock, 1);

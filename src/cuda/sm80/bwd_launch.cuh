@@ -14,14 +14,20 @@ std::string bwd_can_implement(const BwdParams& p, int smem_optin) {
   return BwdKernel<kHeadDim, kIsBf16>::can_implement(p, smem_optin);
 }
 
-template <int kHeadDim, bool kIsBf16>
-void bwd_launch(const BwdParams& p, cudaStream_t stream) {
-  using Kernel = BwdKernel<kHeadDim, kIsBf16>;
+template <class Kernel>
+void bwd_launch_kernel(const BwdParams& p, cudaStream_t stream) {
   const auto entry = &kernel_entry<Kernel>;
   constexpr int smem = Kernel::smem_bytes();
   set_smem_limit_once<Kernel>(smem);
   entry<<<Kernel::grid(p), Kernel::block(), smem, stream>>>(p);
   check_launch("sm80 backward");
+}
+
+// The deterministic instantiation when the launch has counters (p.locks), else the default one.
+template <int kHeadDim, bool kIsBf16>
+void bwd_launch(const BwdParams& p, cudaStream_t stream) {
+  if (p.locks != nullptr) bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, true>>(p, stream);
+  else bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, false>>(p, stream);
 }
 
 }  // namespace fa::cuda::sm80

@@ -84,8 +84,9 @@ struct LaneAddr {
   static constexpr int kRowBytes = kHeadDim * 2;
   uint32_t base;  // smem address of this lane's 16-byte row piece of k-step 0, swizzled
 
-  // The XOR is an opaque instruction at its use: hoisted out of the key loop, the up to 4
-  // variants per operand would hold registers the loop needs.
+  // The XOR as inline PTX: ptxas still hoists the up-to-4 variants per operand out of the key
+  // loop, but written as plain C++ the whole address was hoisted and the D = 128 kernel spilled
+  // 140 bytes (sm_90); this form keeps every sm80 forward kernel at 0 bytes but D = 256's 28.
   __device__ __forceinline__ uint32_t at(int row_offset_bytes, int step) const {
     uint32_t a = base;
     if (((2 * step) & 7) != 0)

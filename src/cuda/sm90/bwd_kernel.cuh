@@ -217,12 +217,17 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
                                                                         char* smem_raw) const {
   const sm80::BwdParams& p = params.prob;
   Steps w;
-  // kv block fastest; ascending (causal: the longest CTAs first), or in the deterministic mode
-  // descending: there the dQ tiles of a q block are added from the highest kv block down, so
-  // every CTA waits only on CTAs launched before it, each one step ahead of it (dq_turn).
-  const int nb = static_cast<int>(blockIdx.x % p.num_kv_blocks);
+  // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
+  // (causal: the longest CTAs of a head first), or in the deterministic mode descending: there
+  // the dQ tiles of a q block are added from the highest kv block down, so every CTA waits only
+  // on CTAs launched before it, each one step ahead of it (dq_turn). GQA under a causal-like
+  // mask: kv block slowest, so that the longest CTAs of every kv head start first (each runs
+  // the group's query heads: kv block fastest left the last heads' long CTAs to the end).
+  const int64_t heads_batch = int64_t(p.heads_kv) * p.batch;
+  const bool kv_slowest = p.group > 1 && LongestFirstScheduler::by_length(p.mask);
+  const int nb = static_cast<int>(kv_slowest ? blockIdx.x / heads_batch : blockIdx.x % p.num_kv_blocks);
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
-  const int64_t rest = blockIdx.x / p.num_kv_blocks;
+  const int64_t rest = kv_slowest ? blockIdx.x % heads_batch : blockIdx.x / p.num_kv_blocks;
   w.hk = static_cast<int>(rest % p.heads_kv);
   w.b = static_cast<int>(rest / p.heads_kv);
   if (p.cu_seqlens_q != nullptr) {

@@ -84,7 +84,8 @@ TEST(Info, CpuBuildFollowsRequest) {
 }
 
 // The compiled-kernel listing: empty without the CUDA backend, else every direction has an sm80 row
-// (the portable path every head dim falls back to).
+// (the portable path every head dim falls back to) and, for GPUs with less shared memory, the
+// compact rows the full-size ones hand those to.
 TEST(Info, CudaKernels) {
   const char* k = fa_cuda_kernels();
   ASSERT_NE(k, nullptr);
@@ -95,6 +96,9 @@ TEST(Info, CudaKernels) {
   }
   EXPECT_NE(table.find("fwd sm80 bf16 head dim"), std::string::npos) << table;
   EXPECT_NE(table.find("bwd sm80 bf16 head dim"), std::string::npos) << table;
+  EXPECT_NE(table.find("bwd sm80_compact bf16 head dim"), std::string::npos) << table;
+  EXPECT_NE(table.find("falls back for: more shared memory per block than the device has"), std::string::npos)
+      << table;
 }
 
 TEST(Info, DeviceInfoValidation) {

@@ -1,5 +1,5 @@
 // Tests, GPU: the CUDA backward (every dispatch path: sm80, sm90) against the CPU reference, C ABI only.
-// Modes: `check` (awkward shapes x features x dtypes, canaries, NaN poison), `determinism`,
+// Modes: `check` (awkward shapes x features x dtypes, canaries, NaN poison), `determinism [hdim]`,
 // `small` (a short run for compute-sanitizer), `bench [hdim]` (the ANCHORS grid, TFLOP/s),
 // `sm90` (shapes the Hopper path takes, failing unless fa_bwd_kernel_name says "sm90"),
 // `bigbatch` (B·H > 65535 CTAs and heads), `bigoffset` (batch stride 2^31 + 1024 elements).
@@ -386,8 +386,8 @@ int mode_check(bool small) {
 }
 
 // Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode.
-int mode_determinism() {
-  const int64_t B = 64, S = 256, H = 4, D = 128;
+int mode_determinism(int64_t D) {
+  const int64_t B = 64, S = 256, H = 4;
   std::mt19937_64 rng(1234);
   const fa_dtype dt = FA_DTYPE_BF16;
   int bad = 0;
@@ -426,8 +426,8 @@ int mode_determinism() {
         else if (now != first[j]) ++diff[j];
       }
     }
-    std::printf("determinism (%s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
-                det ? "deterministic" : "default", diff[0], diff[1], diff[2]);
+    std::printf("determinism (%s, D %lld, %s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
+                det ? "deterministic" : "default", (long long)D, fa_bwd_kernel_name(&bp), diff[0], diff[1], diff[2]);
     if (diff[1] || diff[2] || (det && diff[0])) ++bad;
     for (DevTensor& x : t) x.buf.release();
     lse_d.release();
@@ -771,11 +771,11 @@ int main(int argc, char** argv) {
   }
   if (mode == "check") return mode_check(false);
   if (mode == "small") return mode_check(true);
-  if (mode == "determinism") return mode_determinism();
+  if (mode == "determinism") return mode_determinism(argc > 2 ? std::atoi(argv[2]) : 128);
   if (mode == "bench") return mode_bench(argc > 2 ? std::atoi(argv[2]) : 0);
   if (mode == "sm90") return mode_sm90();
   if (mode == "bigbatch") return mode_bigbatch();
   if (mode == "bigoffset") return mode_bigoffset();
-  std::printf("usage: check_bwd [check|small|determinism|bench [hdim]|sm90|bigbatch|bigoffset]\n");
+  std::printf("usage: check_bwd [check|small|determinism [hdim]|bench [hdim]|sm90|bigbatch|bigoffset]\n");
   return 2;
 }

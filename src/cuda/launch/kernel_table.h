@@ -27,6 +27,9 @@ inline constexpr const char* kSm90FwdDeclines = "varlen; strides TMA cannot desc
 #else
 inline constexpr const char* kSm90FwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
 #endif
+// What a full-size sm80 row declines for the compact row of its head dim (sm80/*_config.h,
+// kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
+inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";
 inline constexpr const char* kSm90BwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
 
 struct FwdKernelRow {
@@ -41,11 +44,13 @@ struct FwdKernelRow {
   void (*launch)(const sm80::FwdParams&, cudaStream_t);
 };
 
-#define FA_SM80_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm80", 80, 1000, Dtype::bf16, D, sm80::kFwdBlockM<D>, "",                     \
-               &sm80::fwd_can_implement<D, true>, &sm80::fwd_launch<D, true>},                 \
-      FwdKernelRow{"sm80", 80, 1000, Dtype::f16, D, sm80::kFwdBlockM<D>, "",                   \
-                   &sm80::fwd_can_implement<D, false>, &sm80::fwd_launch<D, false>},
+// sm80 rows: full-size tiles (C false, family "sm80") or compact ones (C true, "sm80_compact").
+#define FA_SM80_FWD_ROWS_OF(D, C, family, declines)                                             \
+  FwdKernelRow{family, 80, 1000, Dtype::bf16, D, sm80::kFwdBlockM<D, C>, declines,              \
+               &sm80::fwd_can_implement<D, true, C>, &sm80::fwd_launch<D, true, C>},            \
+      FwdKernelRow{family, 80, 1000, Dtype::f16, D, sm80::kFwdBlockM<D, C>, declines,           \
+                   &sm80::fwd_can_implement<D, false, C>, &sm80::fwd_launch<D, false, C>},
+#define FA_SM80_FWD_ROWS(D) FA_SM80_FWD_ROWS_OF(D, false, "sm80", "")
 
 // Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
 #define FA_SM90_FWD_ROWS(D)                                                                    \
@@ -55,7 +60,8 @@ struct FwdKernelRow {
                    &sm90::fwd_can_implement<D, false>, &sm90::fwd_launch<D, false>},
 
 // Forward rows, ascending head dim within each family; dispatch takes the first row that runs
-// the problem, so the sm90 rows (when built) come first and the sm80 rows serve the rest.
+// the problem, so the sm90 rows (when built) come first and the sm80 rows serve the rest (the
+// compact one where the device's shared memory is too small for the full-size tiles).
 inline const FwdKernelRow kFwdKernels[] = {
 #if defined(FA_HAVE_SM90)
 #if defined(FA_CUDA_HDIM_64)
@@ -75,7 +81,8 @@ inline const FwdKernelRow kFwdKernels[] = {
     FA_SM80_FWD_ROWS(128)
 #endif
 #if defined(FA_CUDA_HDIM_256)
-    FA_SM80_FWD_ROWS(256)
+    FA_SM80_FWD_ROWS_OF(256, false, "sm80", kSm80Declines)
+    FA_SM80_FWD_ROWS_OF(256, true, "sm80_compact", "")
 #endif
     FwdKernelRow{nullptr, 0, 0, Dtype::f32, 0, 0, nullptr, nullptr, nullptr}  // end marker
 };
@@ -94,12 +101,16 @@ struct BwdKernelRow {
   void (*launch)(const sm80::BwdParams&, cudaStream_t);
 };
 
-#define FA_SM80_BWD_ROWS(D)                                                                    \
-  BwdKernelRow{"sm80", 80, 1000, false, Dtype::bf16, D, sm80::kBwdBlockN<D>, sm80::kBwdBlockM<D>, \
-               "", &sm80::bwd_can_implement<D, true>, &sm80::bwd_launch<D, true>},                \
-      BwdKernelRow{"sm80", 80, 1000, false, Dtype::f16, D, sm80::kBwdBlockN<D>,                   \
-                   sm80::kBwdBlockM<D>, "", &sm80::bwd_can_implement<D, false>,                   \
-                   &sm80::bwd_launch<D, false>},
+// sm80 rows: full-size tiles (they decline for shared memory, and the compact rows after every
+// other row serve that) or compact ones (C true, family "sm80_compact", the last word).
+#define FA_SM80_BWD_ROWS_OF(D, C, family, declines)                                                \
+  BwdKernelRow{family, 80, 1000, !C, Dtype::bf16, D, sm80::kBwdBlockN<D, C>, sm80::kBwdBlockM<D, C>, \
+               declines, &sm80::bwd_can_implement<D, true, C>, &sm80::bwd_launch<D, true, C>},       \
+      BwdKernelRow{family, 80, 1000, !C, Dtype::f16, D, sm80::kBwdBlockN<D, C>,                      \
+                   sm80::kBwdBlockM<D, C>, declines, &sm80::bwd_can_implement<D, false, C>,          \
+                   &sm80::bwd_launch<D, false, C>},
+#define FA_SM80_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, false, "sm80", kSm80Declines)
+#define FA_SM80C_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, true, "sm80_compact", "")
 
 // Hopper rows (FA_SM90_BWD builds, head dims 64, 128 and 256): they decline what they do not run
 // (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
@@ -111,7 +122,7 @@ struct BwdKernelRow {
                    &sm90::bwd_launch<D, false>},
 
 // Backward rows (main kernel; pre/post are shared), ascending head dim within each family;
-// the sm90 rows (when built) come first.
+// the sm90 rows (when built) come first, the compact sm80 rows last.
 inline const BwdKernelRow kBwdKernels[] = {
 #if defined(FA_HAVE_SM90_BWD)
 #if defined(FA_SM90_BWD_HDIM_64)
@@ -132,6 +143,15 @@ inline const BwdKernelRow kBwdKernels[] = {
 #endif
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80_BWD_ROWS(256)
+#endif
+#if defined(FA_CUDA_HDIM_64)
+    FA_SM80C_BWD_ROWS(64)
+#endif
+#if defined(FA_CUDA_HDIM_128)
+    FA_SM80C_BWD_ROWS(128)
+#endif
+#if defined(FA_CUDA_HDIM_256)
+    FA_SM80C_BWD_ROWS(256)
 #endif
     BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, nullptr, nullptr, nullptr}  // end marker
 };

@@ -3,5 +3,6 @@
 #include "cuda/sm80/bwd_launch.cuh"
 
 namespace fa::cuda::sm80 {
-FA_SM80_BWD_INSTANTIATE(128)
+FA_SM80_BWD_INSTANTIATE(128, false)
+FA_SM80_BWD_INSTANTIATE(128, true)
 }  // namespace fa::cuda::sm80

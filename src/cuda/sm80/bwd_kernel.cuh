@@ -31,12 +31,13 @@ namespace fa::cuda::sm80 {
 // the k-steps of a GEMM: the exponentials of P inside dP's, the dQ atomics inside dK's
 // (docs/PERF.md, sm80 backward: each step, its prediction and its outcome).
 // kDeterministic: dQ is added in a fixed order (descending kv block per q block, with the
-// counters of p.locks), the other instantiation never reads p.locks.
-template <int kHeadDim_, bool kIsBf16_, bool kDeterministic_ = false>
+// counters of p.locks), the other instantiation never reads p.locks. kCompact: the tiles of
+// BwdConfig<D, true>, for devices with less shared memory.
+template <int kHeadDim_, bool kIsBf16_, bool kDeterministic_ = false, bool kCompact_ = false>
 struct BwdKernel {
   using Params = BwdParams;
   static constexpr bool kDeterministic = kDeterministic_;
-  using Config = BwdConfig<kHeadDim_>;
+  using Config = BwdConfig<kHeadDim_, kCompact_>;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kIsBf16 = kIsBf16_;
   using T = typename Storage<kIsBf16>::type;
@@ -49,6 +50,8 @@ struct BwdKernel {
   // Warp tiles: S/dP kSdpM (q) x kSdpN (kv); dK/dV kDkvM (kv) x kDkvN (d); dQ kDqM (q) x kDqN (d).
   static constexpr int kSdpWarpsM = Config::kSdpWarpsM, kDkvWarpsN = Config::kDkvWarpsN,
                        kDqWarpsM = Config::kDqWarpsM;
+  static constexpr int kQStages = Config::kQStages;  // Q/dO/LSE/D buffers
+  static_assert(kQStages == 1 || kQStages == 2, "one or two Q/dO buffers");
   static constexpr int kSdpM = kBlockM / kSdpWarpsM, kSdpN = kBlockN / (kWarps / kSdpWarpsM);
   static constexpr int kDkvM = kBlockN / kDkvWarpsN, kDkvN = kHeadDim / (kWarps / kDkvWarpsN);
   static constexpr int kDqM = kBlockM / kDqWarpsM, kDqN = kHeadDim / (kWarps / kDqWarpsM);
@@ -56,8 +59,8 @@ struct BwdKernel {
   static_assert(kSdpN % 16 == 0 && kDkvN % 16 == 0 && kDqN % 16 == 0, "whole n16 pairs per warp");
   static_assert(kBlockM >= 64 && kBlockN >= 64 && kHeadDim >= 64, "the swizzle needs 64 columns");
 
-  // Shared memory (bytes): K, V [kBlockN, kHeadDim]; Q, dO [kBlockM, kHeadDim] x 2 stages;
-  // P, dS [kBlockM, kBlockN]; LSE and D [kBlockM] x 2 stages. Rows are 16-byte-chunk swizzled
+  // Shared memory (bytes): K, V [kBlockN, kHeadDim]; Q, dO [kBlockM, kHeadDim] x kQStages;
+  // P, dS [kBlockM, kBlockN]; LSE and D [kBlockM] x kQStages. Rows are 16-byte-chunk swizzled
   // (chunk ^= row % 8), so ldmatrix, the P/dS stores and cp.async are bank-conflict free.
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;
@@ -65,12 +68,12 @@ struct BwdKernel {
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kTileKV;
   static constexpr int kOffQ = kOffV + kTileKV;
-  static constexpr int kOffDO = kOffQ + 2 * kTileQ;
-  static constexpr int kOffP = kOffDO + 2 * kTileQ;
+  static constexpr int kOffDO = kOffQ + kQStages * kTileQ;
+  static constexpr int kOffP = kOffDO + kQStages * kTileQ;
   static constexpr int kOffDS = kOffP + kTileP;
   static constexpr int kOffLse = kOffDS + kTileP;
-  static constexpr int kOffDsum = kOffLse + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kOffDsum + 2 * kBlockM * 4;
+  static constexpr int kOffDsum = kOffLse + kQStages * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffDsum + kQStages * kBlockM * 4;
 
   static dim3 block() { return dim3(kThreads); }
   static constexpr int smem_bytes() { return kSmemBytes; }
@@ -222,8 +225,8 @@ struct BwdKernel {
   __device__ void operator()(const BwdParams& p, char* smem) const;
 };
 
-template <int kHeadDim, bool kIsBf16, bool kDet>
-__device__ void BwdKernel<kHeadDim, kIsBf16, kDet>::operator()(const BwdParams& p, char* smem) const {
+template <int kHeadDim, bool kIsBf16, bool kDet, bool kCompact>
+__device__ void BwdKernel<kHeadDim, kIsBf16, kDet, kCompact>::operator()(const BwdParams& p, char* smem) const {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment row group / column pair
   const int kv_slot = int(blockIdx.x % p.num_kv_blocks);
@@ -310,14 +313,16 @@ __device__ void BwdKernel<kHeadDim, kIsBf16, kDet>::operator()(const BwdParams& 
 
   // Steps: (query head h, q block qb), q block fastest.
   for (int s = 0, h = hk * p.group, qb = qb_first; s < steps; ++s) {
-    const int stage = s & 1;
+    const int stage = kQStages == 2 ? s & 1 : 0;
     const int q0 = qb * kBlockM;
     ptx::cp_async_wait<0>();
     __syncthreads();  // stage `stage` landed for all; every warp is done with step s-1
     const bool last_qb = qb + 1 == qb_end;
     const int h_next = last_qb ? h + 1 : h, qb_next = last_qb ? qb_first : qb + 1;
-    if (s + 1 < steps) load_step(h_next, qb_next, stage ^ 1);  // into the stage step s-1 read
-    ptx::cp_async_commit();
+    if constexpr (kQStages == 2) {
+      if (s + 1 < steps) load_step(h_next, qb_next, stage ^ 1);  // into the stage step s-1 read
+      ptx::cp_async_commit();
+    }
 
     const uint32_t q_stage = stage * kTileQ;  // a multiple of 128 bytes: frag_addr offsets add
 
@@ -451,10 +456,16 @@ __device__ void BwdKernel<kHeadDim, kIsBf16, kDet>::operator()(const BwdParams& 
     };
     warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage,
                                                                      red_slice);
-    if constexpr (kDeterministic) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) ptx::red_release_add_gpu(lock, 1);
+    if constexpr (kDeterministic || kQStages == 1) {
+      if constexpr (kDeterministic) __threadfence();
+      __syncthreads();  // every warp's dQ added (deterministic) and Q/dO read (one buffer)
+      if constexpr (kDeterministic) {
+        if (tid == 0) ptx::red_release_add_gpu(lock, 1);
+      }
+      if constexpr (kQStages == 1) {
+        if (s + 1 < steps) load_step(h_next, qb_next, 0);
+        ptx::cp_async_commit();
+      }
     }
     h = h_next;
     qb = qb_next;

@@ -9,9 +9,9 @@
 
 namespace fa::cuda::sm80 {
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact>
 std::string bwd_can_implement(const BwdParams& p, int smem_optin) {
-  return BwdKernel<kHeadDim, kIsBf16>::can_implement(p, smem_optin);
+  return BwdKernel<kHeadDim, kIsBf16, false, kCompact>::can_implement(p, smem_optin);
 }
 
 template <class Kernel>
@@ -24,17 +24,17 @@ void bwd_launch_kernel(const BwdParams& p, cudaStream_t stream) {
 }
 
 // The deterministic instantiation when the launch has counters (p.locks), else the default one.
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact>
 void bwd_launch(const BwdParams& p, cudaStream_t stream) {
-  if (p.locks != nullptr) bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, true>>(p, stream);
-  else bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, false>>(p, stream);
+  if (p.locks != nullptr) bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, true, kCompact>>(p, stream);
+  else bwd_launch_kernel<BwdKernel<kHeadDim, kIsBf16, false, kCompact>>(p, stream);
 }
 
 }  // namespace fa::cuda::sm80
 
-// Explicit instantiation of both 16-bit types for one head dim.
-#define FA_SM80_BWD_INSTANTIATE(D)                                         \
-  template std::string bwd_can_implement<D, true>(const BwdParams&, int);  \
-  template std::string bwd_can_implement<D, false>(const BwdParams&, int); \
-  template void bwd_launch<D, true>(const BwdParams&, cudaStream_t);       \
-  template void bwd_launch<D, false>(const BwdParams&, cudaStream_t);
+// Explicit instantiation of both 16-bit types for one head dim, full-size or compact tiles.
+#define FA_SM80_BWD_INSTANTIATE(D, C)                                         \
+  template std::string bwd_can_implement<D, true, C>(const BwdParams&, int);  \
+  template std::string bwd_can_implement<D, false, C>(const BwdParams&, int); \
+  template void bwd_launch<D, true, C>(const BwdParams&, cudaStream_t);       \
+  template void bwd_launch<D, false, C>(const BwdParams&, cudaStream_t);

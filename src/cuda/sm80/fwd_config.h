@@ -15,8 +15,9 @@ namespace fa::cuda::sm80 {
 // is sized for (__launch_bounds__), warps sharing a set of rows (kSplit: 1 = each warp alone,
 // 2 = pairs splitting S's keys and O's columns). Shared memory = (BM + 2·stages·BN)·D·2 bytes,
 // plus 2.5 KiB a warp when paired. The comments give the H200 measurement (docs/PERF.md, "GPU
-// forward") that chose each row over its rivals.
-template <int kHeadDim>
+// forward") that chose each row over its rivals. kCompact: the tiles for devices with less shared
+// memory than the first needs (only D = 256 has them: 96 KiB fit the 99 KiB of sm86/89/120).
+template <int kHeadDim, bool kCompact = false>
 struct FwdConfig;
 // Rows per warp: 32 (2 m16 tiles) lets each K/V fragment read from shared memory feed 2 mmas.
 // D = 256 cannot hold 2 tiles of O (128 registers each) in one warp: a pair holds 32 rows, each
@@ -34,16 +35,20 @@ struct FwdConfig<256> {  // 106 KiB, 2 CTAs/SM; the same tiles unpaired (16 rows
   // from 4k, equal below; 128 x 64 x 8 warps with a ring of 2 (192 KiB, 1 CTA/SM): 5-17% slower
   static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4, kStages = 1, kMinBlocks = 2, kSplit = 2;
 };
+template <>
+struct FwdConfig<256, true> {  // 96 KiB: the tiles above unpaired (16 rows a warp, no exchange area)
+  static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4, kStages = 1, kMinBlocks = 2, kSplit = 1;
+};
 
 // Query rows per CTA of the kernel that serves kHeadDim (sizes the grid and num_m_blocks).
-template <int kHeadDim>
-inline constexpr int kFwdBlockM = FwdConfig<kHeadDim>::kBlockM;
+template <int kHeadDim, bool kCompact = false>
+inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kCompact>::kBlockM;
 
 // Empty string when the kernel can run p on a device with smem_optin bytes per block.
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact = false>
 std::string fwd_can_implement(const FwdParams& p, int smem_optin);
 // Launches the kernel on `stream` and checks the launch; throws fa::Error on failure.
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact = false>
 void fwd_launch(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace fa::cuda::sm80

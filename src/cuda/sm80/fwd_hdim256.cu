@@ -3,5 +3,6 @@
 #include "cuda/sm80/fwd_launch.cuh"
 
 namespace fa::cuda::sm80 {
-FA_SM80_FWD_INSTANTIATE(256)
+FA_SM80_FWD_INSTANTIATE(256, false)
+FA_SM80_FWD_INSTANTIATE(256, true)
 }  // namespace fa::cuda::sm80

@@ -3,5 +3,5 @@
 #include "cuda/sm80/fwd_launch.cuh"
 
 namespace fa::cuda::sm80 {
-FA_SM80_FWD_INSTANTIATE(64)
+FA_SM80_FWD_INSTANTIATE(64, false)
 }  // namespace fa::cuda::sm80

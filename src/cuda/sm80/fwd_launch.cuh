@@ -9,19 +9,18 @@
 
 namespace fa::cuda::sm80 {
 
-template <int kHeadDim, bool kIsBf16>
-using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
-                               FwdConfig<kHeadDim>::kWarps, FwdConfig<kHeadDim>::kStages,
-                               FwdConfig<kHeadDim>::kMinBlocks, FwdConfig<kHeadDim>::kSplit, kIsBf16>;
+template <int kHeadDim, bool kIsBf16, bool kCompact, class C = FwdConfig<kHeadDim, kCompact>>
+using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kWarps, C::kStages, C::kMinBlocks,
+                               C::kSplit, kIsBf16>;
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact>
 std::string fwd_can_implement(const FwdParams& p, int smem_optin) {
-  return FwdKernelFor<kHeadDim, kIsBf16>::can_implement(p, smem_optin);
+  return FwdKernelFor<kHeadDim, kIsBf16, kCompact>::can_implement(p, smem_optin);
 }
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kCompact>
 void fwd_launch(const FwdParams& p, cudaStream_t stream) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kCompact>;
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
   set_smem_limit_once<Kernel>(smem);
@@ -31,9 +30,9 @@ void fwd_launch(const FwdParams& p, cudaStream_t stream) {
 
 }  // namespace fa::cuda::sm80
 
-// Explicit instantiation of both 16-bit types for one head dim.
-#define FA_SM80_FWD_INSTANTIATE(D)                                                            \
-  template std::string fwd_can_implement<D, true>(const FwdParams&, int);   \
-  template std::string fwd_can_implement<D, false>(const FwdParams&, int);  \
-  template void fwd_launch<D, true>(const FwdParams&, cudaStream_t);        \
-  template void fwd_launch<D, false>(const FwdParams&, cudaStream_t);
+// Explicit instantiation of both 16-bit types for one head dim, full-size or compact tiles.
+#define FA_SM80_FWD_INSTANTIATE(D, C)                                          \
+  template std::string fwd_can_implement<D, true, C>(const FwdParams&, int);  \
+  template std::string fwd_can_implement<D, false, C>(const FwdParams&, int); \
+  template void fwd_launch<D, true, C>(const FwdParams&, cudaStream_t);       \
+  template void fwd_launch<D, false, C>(const FwdParams&, cudaStream_t);

@@ -29,6 +29,18 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_addr, uin
   return d;
 }
 
+// The descriptor of base + off, equal to make_smem_desc_sw128(base + off, lead_bytes, stride_bytes)
+// for off % 16 == 0 and base + off < 2^18 (every shared address): the fields that depend on base
+// alone are common to every call with that base, and each offset is one 32-bit add on the
+// start-address field (which cannot carry out of its 14 bits). Offsets known at compile time
+// then cost one add a descriptor, not the mask, shift and OR of the address sum.
+__device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t base, uint32_t off, uint32_t lead_bytes,
+                                                         uint32_t stride_bytes) {
+  const uint32_t lo = ((base & 0x3FFFFu) >> 4) | (((lead_bytes & 0x3FFFFu) >> 4) << 16);
+  const uint32_t hi = ((stride_bytes & 0x3FFFFu) >> 4) | (1u << 30);
+  return (static_cast<uint64_t>(hi) << 32) | (lo + (off >> 4));
+}
+
 // wgmma.fence.sync.aligned;                                            (sm_90a)
 // Orders register writes (accumulators, A fragments) before the wgmma that reads them.
 __device__ __forceinline__ void warpgroup_fence() {

@@ -523,7 +523,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
-  const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
+  const int group = warp_uniform(static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1);
   const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -572,16 +572,16 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
       const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_wg + off, 16, 1024),
-                                                 ptx::make_smem_desc_sw128(sq_base + qoff, 16, 1024), kk > 0);
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_wg, off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sq_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
       const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_wg + off, 16, 1024),
-                                                 ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_wg, off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
     if constexpr (kDkAcrossSteps) {
@@ -622,7 +622,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base + kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
+          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base, kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
     }
     ptx::warpgroup_commit();
 
@@ -654,8 +654,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t da = ptx::make_smem_desc_sw128(ds_base + (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = ptx::make_smem_desc_sw128(k_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+        const uint64_t da = ptx::make_smem_desc_sw128(ds_base, (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = ptx::make_smem_desc_sw128(k_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
         ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, da, db, kk > 0);
       }
     }
@@ -671,7 +671,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base + kk * 16 * kRowBytes, kQPanelBytes, 1024),
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024),
           s > 0 || kk > 0);
     }
     ptx::warpgroup_commit();
@@ -728,7 +728,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
-  const int group = static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1;
+  const int group = warp_uniform(static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1);
   const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -769,16 +769,16 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
       const int qoff = (kk / 4) * kQPanelBytes + qh0 * kRowBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_base + off, 16, 1024),
-                                                ptx::make_smem_desc_sw128(sq_base + qoff, 16, 1024), kk > 0);
+      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_base, off, 16, 1024),
+                                                ptx::make_smem_desc_sw128(sq_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
       const int qoff = (kk / 4) * kQPanelBytes + qh0 * kRowBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_base + off, 16, 1024),
-                                                ptx::make_smem_desc_sw128(sdo_base + qoff, 16, 1024), kk > 0);
+      ptx::warpgroup_mma_ss<kHalfQ, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_base, off, 16, 1024),
+                                                ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
@@ -821,8 +821,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1, 1>(
-          acc_dq, ptx::make_smem_desc_sw128(dst_base + kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
-          ptx::make_smem_desc_sw128(k_base + (d0 / kPanelCols) * kKVPanelBytes + kk * 16 * kRowBytes, kKVPanelBytes,
+          acc_dq, ptx::make_smem_desc_sw128(dst_base, kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
+          ptx::make_smem_desc_sw128(k_base, (d0 / kPanelCols) * kKVPanelBytes + kk * 16 * kRowBytes, kKVPanelBytes,
                                     1024),
           kk > 0);
     }
@@ -834,16 +834,16 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dv, ptx::make_smem_desc_sw128(pt_base + kk * 32, 16, 1024),
-          ptx::make_smem_desc_sw128(sdo_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+          acc_dv, ptx::make_smem_desc_sw128(pt_base, kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sdo_base, (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
                                     1024),
           s > 0 || kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dk, ptx::make_smem_desc_sw128(dst_base + kk * 32, 16, 1024),
-          ptx::make_smem_desc_sw128(sq_base + (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+          acc_dk, ptx::make_smem_desc_sw128(dst_base, kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sq_base, (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
                                     1024),
           s > 0 || kk > 0);
     }

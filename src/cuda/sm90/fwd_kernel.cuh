@@ -31,6 +31,11 @@ namespace fa::cuda::sm90 {
 
 enum class WarpGroupRole { producer = 0, consumer0 = 1, consumer1 = 2 };
 
+// x read from lane 0: the same value, which ptxas then knows to be warp-uniform, so what derives
+// from it (a warpgroup's shared-memory bases, the wgmma descriptors) lives in uniform registers
+// instead of being computed per thread and moved over (R2UR) before each wgmma.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // One mbarrier in shared memory (uint64), cta:: scope helpers over cuda::ptx.
 struct SmemBarrier {
   uint64_t* bar;
@@ -394,8 +399,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int panel = kk / 4;
       const int step = (kk % 4) * 32;
-      const uint64_t da = ptx::make_smem_desc_sw128(q_base + panel * kQPanelBytes + step, 16, 1024);
-      const uint64_t db = ptx::make_smem_desc_sw128(k_base + panel * kKVPanelBytes + step, 16, 1024);
+      const uint64_t da = ptx::make_smem_desc_sw128(q_base, panel * kQPanelBytes + step, 16, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(k_base, panel * kKVPanelBytes + step, 16, 1024);
       ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
     }
     ptx::warpgroup_commit();
@@ -437,7 +442,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
     }
     ptx::warpgroup_commit();
@@ -602,8 +607,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
       const int panel = kk / 4;
       const int step = (kk % 4) * 32;
-      const uint64_t da = ptx::make_smem_desc_sw128(q_base + panel * kQPanelBytes + step, 16, 1024);
-      const uint64_t db = ptx::make_smem_desc_sw128(k_base + panel * kKVPanelBytes + step, 16, 1024);
+      const uint64_t da = ptx::make_smem_desc_sw128(q_base, panel * kQPanelBytes + step, 16, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(k_base, panel * kKVPanelBytes + step, 16, 1024);
       ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
     }
   };
@@ -612,7 +617,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     const uint32_t v_base = sm.v + st * kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base + kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
     }
   };

@@ -23,10 +23,14 @@ enum class Direction { fwd, bwd };
 
 // What the sm90 rows decline, and dispatch then hands to the sm80 row of the same head dim.
 #if defined(FA_SM90_FWD_VARLEN) && !FA_SM90_FWD_VARLEN
-inline constexpr const char* kSm90FwdDeclines = "varlen; strides TMA cannot describe; D or Dv at most head dim - 64";
+#define FA_SM90_FWD_DECLINES "varlen; strides TMA cannot describe; D or Dv at most head dim - 64"
 #else
-inline constexpr const char* kSm90FwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
+#define FA_SM90_FWD_DECLINES "strides TMA cannot describe; D or Dv at most head dim - 64"
 #endif
+inline constexpr const char* kSm90FwdDeclines = FA_SM90_FWD_DECLINES;
+// The hdim-64 row (192-row tiles) also hands masked problems below 4096 query rows to its
+// 128-row tiles (sm90/fwd_config.h, kSmallTiles).
+inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 4096 query rows";
 // What a full-size sm80 row declines for the compact row of its head dim (sm80/*_config.h,
 // kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
 inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";
@@ -53,11 +57,12 @@ struct FwdKernelRow {
 #define FA_SM80_FWD_ROWS(D) FA_SM80_FWD_ROWS_OF(D, false, "sm80", "")
 
 // Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
-#define FA_SM90_FWD_ROWS(D)                                                                    \
-  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D>, kSm90FwdDeclines,          \
-               &sm90::fwd_can_implement<D, true>, &sm90::fwd_launch<D, true>},                 \
-      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D>, kSm90FwdDeclines,       \
-                   &sm90::fwd_can_implement<D, false>, &sm90::fwd_launch<D, false>},
+#define FA_SM90_FWD_ROWS_OF(D, S, declines)                                                     \
+  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D, S>, declines,                 \
+               &sm90::fwd_can_implement<D, true, S>, &sm90::fwd_launch<D, true, S>},            \
+      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D, S>, declines,              \
+                   &sm90::fwd_can_implement<D, false, S>, &sm90::fwd_launch<D, false, S>},
+#define FA_SM90_FWD_ROWS(D) FA_SM90_FWD_ROWS_OF(D, false, kSm90FwdDeclines)
 
 // Forward rows, ascending head dim within each family; dispatch takes the first row that runs
 // the problem, so the sm90 rows (when built) come first and the sm80 rows serve the rest (the
@@ -65,7 +70,8 @@ struct FwdKernelRow {
 inline const FwdKernelRow kFwdKernels[] = {
 #if defined(FA_HAVE_SM90)
 #if defined(FA_CUDA_HDIM_64)
-    FA_SM90_FWD_ROWS(64)
+    FA_SM90_FWD_ROWS_OF(64, false, kSm90Fwd64Declines)
+    FA_SM90_FWD_ROWS_OF(64, true, kSm90FwdDeclines)
 #endif
 #if defined(FA_CUDA_HDIM_128)
     FA_SM90_FWD_ROWS(128)

@@ -30,44 +30,57 @@ inline constexpr bool kSm90FwdVarlen = FA_SM90_FWD_VARLEN != 0;
 inline constexpr bool kSm90FwdVarlen = true;
 #endif
 
-// Per head dim: query rows per CTA (64 per consumer warpgroup), keys per K/V block, K/V stages,
-// kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the softmax) and kPingPong
-// (the two consumer warpgroups take turns issuing their GEMMs, so one's softmax runs under the
-// other's GEMMs). The compile definitions FA_SM90_FWD_OVERLAP / FA_SM90_FWD_PINGPONG (0 or 1)
-// override both for every head dim, for timing the schedules against each other (docs/PERF.md).
-// Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers. Shapes follow the FlashAttention-3
-// design (BM 128; BN 128 up to D 128, 64 at D 256); the schedules chosen here are the fastest
-// of the four timed on the H200 (docs/PERF.md, "GPU forward (sm90 path)").
-template <int kHeadDim>
+// Per head dim: query rows per CTA (64 per consumer warpgroup: two or three of them), keys per
+// K/V block, K/V stages, kOverlap (intra-warpgroup overlap of Q·K_{j+1}ᵀ and P_j·V_j with the
+// softmax) and kPingPong (the consumer warpgroups take turns issuing their GEMMs, so one's
+// softmax runs under the others' GEMMs). The compile definitions FA_SM90_FWD_OVERLAP /
+// FA_SM90_FWD_PINGPONG (0 or 1) override both for every head dim, for timing the schedules
+// against each other (docs/PERF.md). Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers.
+// Shapes follow the FlashAttention-3 design (BM 192 at D 64, else 128; BN 128 up to D 128, 80 at
+// D 256); the schedules chosen here are the fastest timed on the H200 (docs/PERF.md, "GPU
+// forward (sm90 path)"). kSmallTiles: a second row for the same head dim, which the first hands
+// the masked problems of fewer than kSmallTilesBelow query rows (0: no second row): there a
+// 192-row tile cuts the diagonal coarsely and leaves fewer tiles than multiprocessors.
+template <int kHeadDim, bool kSmallTiles = false>
 struct FwdConfig;
 template <>
-struct FwdConfig<64> {  // 80 KiB
+struct FwdConfig<64> {  // 113 KiB, three consumer warpgroups
+  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
+  static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
+  static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
+  static constexpr int kSmallTilesBelow = 4096;
+};
+template <>
+struct FwdConfig<64, true> {  // 80 KiB, two consumer warpgroups
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
+  static constexpr int kSmallTilesBelow = 0;
 };
 template <>
 struct FwdConfig<128> {  // 160 KiB
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
+  static constexpr int kSmallTilesBelow = 0;
 };
 template <>
 struct FwdConfig<256> {  // 225 KiB
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(false);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
+  static constexpr int kSmallTilesBelow = 0;
 };
 
-template <int kHeadDim>
-inline constexpr int kFwdBlockM = FwdConfig<kHeadDim>::kBlockM;
+template <int kHeadDim, bool kSmallTiles = false>
+inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kSmallTiles>::kBlockM;
 
 // Empty string when the kernel can run p on a device with smem_optin bytes per block (the
 // problem fields only; the tensor maps are built by fwd_launch).
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles = false>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin);
 // Builds the tensor maps, launches the kernel on `stream` and checks the launch.
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles = false>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream);
 
 }  // namespace fa::cuda::sm90

@@ -3,5 +3,5 @@
 #include "cuda/sm90/fwd_launch.cuh"
 
 namespace fa::cuda::sm90 {
-FA_SM90_FWD_INSTANTIATE(256)
+FA_SM90_FWD_INSTANTIATE(256, false)
 }  // namespace fa::cuda::sm90

@@ -2,8 +2,8 @@
 // warp specialisation with setmaxnreg). Persistent: each CTA runs (q-block, head, batch) tiles
 // in a static order or, for causal masks, drawn from a counter; warpgroup 0 is the producer (one
 // thread picks the tiles and issues TMA loads of Q and a kStages-deep ring of K/V blocks,
-// running ahead into the next tile), warpgroups 1 and 2
-// are consumers, each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared memory),
+// running ahead into the next tile), warpgroups 1 .. kBlockM / 64 (two or three) are consumers,
+// each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared memory),
 // online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
 // descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
 // `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). Receives
@@ -70,22 +70,23 @@ struct FwdKernel {
   // runs (consumer_overlapped); false: the v1 schedule (consumer), each GEMM waited for at once.
   static constexpr bool kOverlap = kOverlap_;
   // Ping-pong: the consumer warpgroups issue their GEMMs in turn (named barriers kTurn + group),
-  // so the tensor cores run one warpgroup's GEMMs while the other does its softmax.
+  // so the tensor cores run one warpgroup's GEMMs while the others do their softmax.
   static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kTurnBarrier = 1;  // ids 1 and 2 (0 is __syncthreads)
+  static constexpr int kTurnBarrier = 1;  // ids 1 .. kConsumerGroups (0 is __syncthreads)
   // Varlen: packed sequences (cu_seqlens), one instantiation of its own so that the dense
   // kernels carry none of its per-tile lookups.
   static constexpr bool kVarlen = kVarlen_;
 
-  // Warp roles: one producer warpgroup, two consumer warpgroups of 64 query rows each.
+  // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
-  static constexpr int kConsumerGroups = 2;
+  static constexpr int kConsumerGroups = kBlockM / 64;
   static constexpr int kThreads = kWarpGroupThreads * (1 + kConsumerGroups);
   static constexpr int kMinBlocks = 1;  // the register cap setmaxnreg needs at entry
   static constexpr int kConsumerWarps = 4 * kConsumerGroups;
-  // 65536 registers per SM: 128·24 (producer) + 256·240 (consumers) = 64512.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // 65536 registers per SM: two consumers 128·24 (producer) + 256·240 = 64512; three
+  // 128·32 + 384·160 = 65536.
+  static constexpr int kProducerRegs = kConsumerGroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumerGroups == 2 ? 240 : 160;
   static_assert(kWarpGroupThreads * (kProducerRegs + kConsumerGroups * kConsumerRegs) <= 65536,
                 "register file");
 
@@ -117,13 +118,14 @@ struct FwdKernel {
   // next one.
   static constexpr bool kTmaStoreO = !kVarlen;
   static constexpr int kOStoreRows = 64;
-  static constexpr int kStoreBarrier = 3;  // ids 3 and 4: one warpgroup's 128 threads
+  static constexpr int kStoreBarrier = kTurnBarrier + kConsumerGroups;  // one a warpgroup: its 128 threads
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
-  static_assert(kBlockM == 64 * kConsumerGroups, "64 rows per consumer warpgroup");
+  static_assert(kBlockM == 64 * kConsumerGroups && (kConsumerGroups == 2 || kConsumerGroups == 3),
+                "64 rows per consumer warpgroup, two or three of them");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n extent / TMA box");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
@@ -213,16 +215,20 @@ struct FwdKernel {
     volatile int* tile_slot;
   };
 
-  // Ping-pong turns. Each consumer warpgroup brackets every batch of GEMM issues with
-  // wait_turn / pass_turn; per tile, warpgroup 0 goes first (warpgroup 1 passes it the turn
-  // before its first wait), and warpgroup 1 does not pass after its last batch, so every
-  // arrival is waited for within the tile. No-ops without kPingPong.
+  // Ping-pong turns, round robin. Each consumer warpgroup brackets every batch of GEMM issues
+  // with wait_turn / pass_turn (to the next warpgroup); per tile, warpgroup 0 goes first (the
+  // last one passes it the turn before its first wait: first_pass), and the last one does not
+  // pass after its last batch (last_pass), so every arrival is waited for within the tile.
+  // No-ops without kPingPong.
   __device__ __forceinline__ static void wait_turn(int group) {
     if constexpr (kPingPong) ptx::named_barrier_sync(kTurnBarrier + group, 2 * kWarpGroupThreads);
   }
   __device__ __forceinline__ static void pass_turn(int group) {
-    if constexpr (kPingPong) ptx::named_barrier_arrive(kTurnBarrier + (group ^ 1), 2 * kWarpGroupThreads);
+    if constexpr (kPingPong)
+      ptx::named_barrier_arrive(kTurnBarrier + (group + 1) % kConsumerGroups, 2 * kWarpGroupThreads);
   }
+  __device__ __forceinline__ static bool first_pass(int group) { return group == kConsumerGroups - 1; }
+  __device__ __forceinline__ static bool last_pass(int group) { return group != kConsumerGroups - 1; }
 
   __device__ __forceinline__ static void producer(const Params& p, const Smem& sm, const Barriers& b);
   // One tile of one consumer warpgroup; kv_base = the ring position of the tile's first block.
@@ -382,7 +388,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
   // 8-row groups).
   const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
-  if (group == 1 && n_blocks > 0) pass_turn(group);  // warpgroup 0 issues first
+  if (first_pass(group) && n_blocks > 0) pass_turn(group);  // warpgroup 0 issues first
 
   for (int it = 0; it < n_blocks; ++it) {
     const int stage = stage_of(kv_base + it);
@@ -446,7 +452,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
     }
     ptx::warpgroup_commit();
-    if (group == 0 || it + 1 < n_blocks) pass_turn(group);
+    if (last_pass(group) || it + 1 < n_blocks) pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) b.v_empty(stage).arrive();
@@ -645,7 +651,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
   };
 
   if (n_blocks > 0) {
-    if (group == 1) pass_turn(group);  // warpgroup 0 issues first
+    if (first_pass(group)) pass_turn(group);  // warpgroup 0 issues first
     // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
     float alpha[2];
     const int st0 = stage_of(kv_base);
@@ -706,7 +712,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
     ptx::warpgroup_fence();
     issue_pv(last);
     ptx::warpgroup_commit();
-    if (group == 0) pass_turn(group);
+    if (last_pass(group)) pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);

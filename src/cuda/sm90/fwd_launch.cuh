@@ -16,15 +16,15 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, bool kVarlen = false>
-using FwdKernelFor = FwdKernel<kHeadDim, FwdConfig<kHeadDim>::kBlockM, FwdConfig<kHeadDim>::kBlockN,
-                               FwdConfig<kHeadDim>::kStages, FwdConfig<kHeadDim>::kOverlap,
-                               FwdConfig<kHeadDim>::kPingPong, kVarlen, kIsBf16>;
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles, bool kVarlen = false,
+          class C = FwdConfig<kHeadDim, kSmallTiles>>
+using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
+                               kIsBf16>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
 std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
   out->prob = p;
   // Causal tile sections: as many (batch, head) pairs as keep their K and V within 24 MiB, about
   // half the H100/H200 L2 (the rest holds Q, O and the other sections' stragglers).
@@ -57,10 +57,16 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
+  constexpr int kSmallBelow = FwdConfig<kHeadDim, kSmallTiles>::kSmallTilesBelow;
   if (p.cu_seqlens_q != nullptr && !kSm90FwdVarlen) return "sm90 forward: varlen not enabled in this build";
+  if constexpr (kSmallBelow > 0) {
+    if ((p.mask.left >= 0 || p.mask.right >= 0) && p.seqlen_q < kSmallBelow)
+      return "sm90 forward: masked problems below " + std::to_string(kSmallBelow) + " query rows take the " +
+             std::to_string(kFwdBlockM<kHeadDim, true>) + "-row tiles";
+  }
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -93,11 +99,11 @@ void launch_kernel(const FwdParams& full, cudaStream_t stream) {
   check_launch("sm90 forward");
 }
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
   FwdParams full;
-  const std::string why = make_fwd_params<kHeadDim, kIsBf16>(p, &full);
+  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kSmallTiles>(p, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
   // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
   std::unique_ptr<AsyncBuffer> counter;
@@ -108,16 +114,17 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
     FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, sizeof(int), stream));
   }
   if constexpr (kSm90FwdVarlen) {
-    if (p.cu_seqlens_q != nullptr) return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, true>>(full, stream);
+    if (p.cu_seqlens_q != nullptr)
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles, true>>(full, stream);
   }
   launch_kernel<Kernel>(full, stream);
 }
 
 }  // namespace fa::cuda::sm90
 
-// Explicit instantiation of both 16-bit types for one head dim.
-#define FA_SM90_FWD_INSTANTIATE(D)                                                  \
-  template std::string fwd_can_implement<D, true>(const sm80::FwdParams&, int);   \
-  template std::string fwd_can_implement<D, false>(const sm80::FwdParams&, int);  \
-  template void fwd_launch<D, true>(const sm80::FwdParams&, cudaStream_t);        \
-  template void fwd_launch<D, false>(const sm80::FwdParams&, cudaStream_t);
+// Explicit instantiation of both 16-bit types for one head dim and tile row (S: kSmallTiles).
+#define FA_SM90_FWD_INSTANTIATE(D, S)                                                  \
+  template std::string fwd_can_implement<D, true, S>(const sm80::FwdParams&, int);   \
+  template std::string fwd_can_implement<D, false, S>(const sm80::FwdParams&, int);  \
+  template void fwd_launch<D, true, S>(const sm80::FwdParams&, cudaStream_t);        \
+  template void fwd_launch<D, false, S>(const sm80::FwdParams&, cudaStream_t);

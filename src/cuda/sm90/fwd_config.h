@@ -41,6 +41,9 @@ inline constexpr bool kSm90FwdVarlen = true;
 // forward (sm90 path)"). kSmallTiles: a second row for the same head dim, which the first hands
 // the masked problems of fewer than kSmallTilesBelow query rows (0: no second row): there a
 // 192-row tile cuts the diagonal coarsely and leaves fewer tiles than multiprocessors.
+// kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
+// +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
+// +4–11%), but −1–3% at 128 (docs/PERF.md).
 template <int kHeadDim, bool kSmallTiles = false>
 struct FwdConfig;
 template <>
@@ -49,6 +52,7 @@ struct FwdConfig<64> {  // 113 KiB, three consumer warpgroups
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 4096;
+  static constexpr bool kUniformGroup = true;
 };
 template <>
 struct FwdConfig<64, true> {  // 80 KiB, two consumer warpgroups
@@ -56,6 +60,7 @@ struct FwdConfig<64, true> {  // 80 KiB, two consumer warpgroups
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 0;
+  static constexpr bool kUniformGroup = true;
 };
 template <>
 struct FwdConfig<128> {  // 160 KiB
@@ -63,13 +68,15 @@ struct FwdConfig<128> {  // 160 KiB
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 0;
+  static constexpr bool kUniformGroup = false;
 };
 template <>
 struct FwdConfig<256> {  // 225 KiB
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
-  static constexpr bool kOverlap = FA_SM90_OVERLAP(false);
+  static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
   static constexpr int kSmallTilesBelow = 0;
+  static constexpr bool kUniformGroup = true;
 };
 
 template <int kHeadDim, bool kSmallTiles = false>

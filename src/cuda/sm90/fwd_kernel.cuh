@@ -57,7 +57,7 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_>
+          bool kIsBf16_, bool kUniformGroup_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -76,6 +76,9 @@ struct FwdKernel {
   // Varlen: packed sequences (cu_seqlens), one instantiation of its own so that the dense
   // kernels carry none of its per-tile lookups.
   static constexpr bool kVarlen = kVarlen_;
+  // The consumer warpgroup's index read through warp_uniform (its bases and descriptors then in
+  // uniform registers), or per thread: chosen per head dim by timing (sm90/fwd_config.h).
+  static constexpr bool kUniformGroup = kUniformGroup_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -246,8 +249,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -282,7 +285,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::opera
     if (tid == 0) producer(params, sm, b);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
-    const int group = tid / kWarpGroupThreads - 1;
+    const int group = kUniformGroup ? warp_uniform(tid / kWarpGroupThreads - 1) : tid / kWarpGroupThreads - 1;
     int kv_base = 0;
     for (int round = 0;; ++round) {
       const int qs = round % kQStages;
@@ -305,8 +308,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::opera
 // One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
 // the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
 // over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -361,8 +364,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::produ
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -460,8 +463,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consu
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -579,8 +582,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
 // P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
 // operand of the P·V in flight, kept live until it lands) and O.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base) {
   const sm80::FwdParams& p = params.prob;
   const int sq = w.sq;

@@ -31,6 +31,9 @@ inline constexpr const char* kSm90FwdDeclines = FA_SM90_FWD_DECLINES;
 // The hdim-64 row (192-row tiles) also hands masked problems below 4096 query rows to its
 // 128-row tiles (sm90/fwd_config.h, kSmallTiles).
 inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 4096 query rows";
+#if defined(FA_HAVE_SM90)
+static_assert(sm90::FwdConfig<64>::kSmallTilesBelow == 4096, "kSm90Fwd64Declines names the threshold");
+#endif
 // What a full-size sm80 row declines for the compact row of its head dim (sm80/*_config.h,
 // kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
 inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";

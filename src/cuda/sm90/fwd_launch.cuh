@@ -63,7 +63,7 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
   constexpr int kSmallBelow = FwdConfig<kHeadDim, kSmallTiles>::kSmallTilesBelow;
   if (p.cu_seqlens_q != nullptr && !kSm90FwdVarlen) return "sm90 forward: varlen not enabled in this build";
   if constexpr (kSmallBelow > 0) {
-    if ((p.mask.left >= 0 || p.mask.right >= 0) && p.seqlen_q < kSmallBelow)
+    if (!p.mask.none() && p.seqlen_q < kSmallBelow)
       return "sm90 forward: masked problems below " + std::to_string(kSmallBelow) + " query rows take the " +
              std::to_string(kFwdBlockM<kHeadDim, true>) + "-row tiles";
   }

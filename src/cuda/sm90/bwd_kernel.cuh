@@ -38,8 +38,10 @@ namespace fa::cuda::sm90 {
 // dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
 // consumers wait) around the shared dQ tile.
 // Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ (its dQ tile is
-// handed over by an mbarrier per stage instead: see kNumBarriers).
-enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3 };
+// handed over by an mbarrier per stage instead: see kNumBarriers). The epilogue by TMA
+// (store_dkdv_tma): kv_free (every consumer's last GEMMs landed: K and V have no reader left),
+// then dkdv_staged + warpgroup (its 128 threads wrote their dK and dV tiles).
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5 };
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
@@ -111,6 +113,11 @@ struct BwdKernel {
   static constexpr int kNumBarriers = 1 + (kSplitD ? 3 : 2) * kStages;
   static constexpr int kAlign = 1024;                    // swizzle atom
   static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
+
+  // The epilogue by TMA stores: each consumer warpgroup's dK and dV (64 kv rows; split-D: its
+  // half of the columns) go over its part of K and V in shared memory, then out in boxes of 64
+  // rows x 64 columns.
+  static constexpr int kDkdvStoreRows = 64;
 
   static constexpr int kNT = kBlockM / 8;    // n8 chunks of Sᵀ / dPᵀ (q columns)
   static constexpr int kKT = kBlockM / 16;   // k16 steps of dV / dK (over q)
@@ -204,6 +211,10 @@ struct BwdKernel {
   template <int kN>
   __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
                                                     const float (&acc_dv)[kN], int r0, int col0, int t);
+  template <int kN>
+  __device__ __forceinline__ static void store_dkdv_tma(const Params& params, uint32_t smem_base, char* smem,
+                                                        const Steps& w, const float (&acc_dk)[kN],
+                                                        const float (&acc_dv)[kN], int group, int row0, int col0);
   template <int kN>
   __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, const Steps& w, float (&st)[kN],
                                                          float (&dpt)[kN], const float* lse_s, const float* dsum_s,
@@ -434,6 +445,45 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv(c
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
             any || !kSplitD ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
     }
+  }
+}
+
+// The epilogue by TMA (params.dkdv_by_tma), warpgroup:: scope, both consumers: once every
+// consumer's GEMMs have landed (kv_free: the dQ and Sᵀ GEMMs read all of K, the dPᵀ ones all of
+// V), this warpgroup's dK·scale and dV (kv rows row0 .. + 63, columns col0 .. + 2kN) go as 16-bit
+// values over the same rows and columns of K and V (the TMA layout: 64-column panels, 128-byte
+// swizzle), and one thread stores them by TMA (rows past Sk and columns past D clipped by the
+// maps) and waits until they are read. Zeros where store_dkdv writes zeros.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int kN>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_tma(
+    const Params& params, uint32_t smem_base, char* smem, const Steps& w, const float (&acc_dk)[kN],
+    const float (&acc_dv)[kN], int group, int row0, int col0) {
+  namespace cp = ::cuda::ptx;
+  const sm80::BwdParams& p = params.prob;
+  constexpr int kCols = 2 * kN;
+  const int first = col0 / kPanelCols;  // this warpgroup's first panel
+  const int offset = first * kKVPanelBytes + row0 * kRowBytes;
+  const bool none = w.steps == 0;
+  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
+  const float dk_mul[2] = {p.scale, p.scale};
+  const float dv_mul[2] = {1.f, 1.f};
+  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffK + offset, kKVPanelBytes, acc_dk, dk_mul, none);
+  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffV + offset, kKVPanelBytes, acc_dv, dv_mul, none && kSplitD);
+  // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
+  cp::fence_proxy_async(cp::space_shared);
+  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dkdv_staged) + group, kWarpGroupThreads);
+  if (threadIdx.x % kWarpGroupThreads == 0) {
+#pragma unroll
+    for (int c = 0; c < kCols / kPanelCols; ++c) {
+      const int32_t coords[4] = {col0 + c * kPanelCols, w.kv0 + row0, w.hk, w.map_b};
+      cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dk, coords,
+                               smem + kOffK + offset + c * kKVPanelBytes);
+      cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dv, coords,
+                               smem + kOffV + offset + c * kKVPanelBytes);
+    }
+    cp::cp_async_bulk_commit_group();
+    cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // shared memory stays until read
   }
 }
 
@@ -709,7 +759,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
 
-  store_dkdv(p, w, acc_dk, acc_dv, r0, 0, t);
+  if (params.dkdv_by_tma != 0) {
+    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, 64 * group, 0);
+  } else {
+    store_dkdv(p, w, acc_dk, acc_dv, r0, 0, t);
+  }
 }
 
 // warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ
@@ -874,7 +928,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
   ptx::warpgroup_fence_operand(acc_dv);
   ptx::warpgroup_fence_operand(acc_dk);
 
-  store_dkdv(p, w, acc_dk, acc_dv, r0, d0, t);
+  if (params.dkdv_by_tma != 0) {
+    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, 0, d0);
+  } else {
+    store_dkdv(p, w, acc_dk, acc_dv, r0, d0, t);
+  }
 }
 
 }  // namespace fa::cuda::sm90

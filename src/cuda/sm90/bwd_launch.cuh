@@ -3,6 +3,7 @@
 // no workspace layout here (launch/bwd.cu owns both).
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -17,8 +18,8 @@ template <int kHeadDim, bool kIsBf16>
 using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
                                BwdConfig<kHeadDim>::kStages, BwdConfig<kHeadDim>::kDkAcrossSteps, kIsBf16>;
 
-// The five tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the
-// dQ accumulator's box of kBlockM rows).
+// The tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the dQ
+// accumulator's box of kBlockM rows; dK and dV boxes of kDkdvStoreRows where they can be used).
 template <int kHeadDim, bool kIsBf16>
 std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
@@ -37,6 +38,23 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
   if (why.empty())
     why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, e.batch, e.rows_q, p.heads_q, p.head_dim, Kernel::kBlockM);
+  // dK and dV by TMA stores where their layout allows it; otherwise plain stores, never a
+  // refusal. Varlen keeps the plain stores (a box past a packed sequence would write into the
+  // next one). FLASHATTN_SM90_DKDV_STORE=plain forces them (to compare the two epilogues in one
+  // process).
+  static const bool plain_forced = [] {
+    const char* v = std::getenv("FLASHATTN_SM90_DKDV_STORE");
+    return v != nullptr && std::string(v) == "plain";
+  }();
+  out->dkdv_by_tma = 0;
+  if (why.empty() && p.cu_seqlens_q == nullptr && !plain_forced &&
+      encode_bshd_map(&out->tm_dk, kIsBf16, p.dk, e.batch, e.rows_k, p.heads_kv, p.head_dim, p.dk_batch_stride,
+                      p.dk_row_stride, p.dk_head_stride, Kernel::kDkdvStoreRows)
+          .empty() &&
+      encode_bshd_map(&out->tm_dv, kIsBf16, p.dv, e.batch, e.rows_k, p.heads_kv, p.head_dim_v, p.dv_batch_stride,
+                      p.dv_row_stride, p.dv_head_stride, Kernel::kDkdvStoreRows)
+          .empty())
+    out->dkdv_by_tma = 1;
   return why;
 }
 

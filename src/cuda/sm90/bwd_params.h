@@ -1,6 +1,6 @@
 // CUDA backend, sm90/: the parameter block of the Hopper backward main kernel (host and device).
 // The problem fields are sm80::BwdParams (launch/bwd.cu builds them once for either path; the
-// workspace, pre and post kernels are shared); the five TMA tensor maps are added by
+// workspace, pre and post kernels are shared); the TMA tensor maps are added by
 // bwd_launch.cuh. Plain data only: no logic.
 #pragma once
 
@@ -21,6 +21,13 @@ struct BwdParams {
   // The fp32 dQ accumulator {dim, row, batch, head}, box 32 floats x kBlockM rows, 128-byte
   // swizzle: the dQ tiles are added into it by bulk tensor reductions.
   CUtensorMap tm_dq;
+  // dK and dV: maps of the tm_k kind with boxes of 64 rows (one consumer warpgroup's rows),
+  // written by TMA stores from shared memory (over K and V, read by then) when dkdv_by_tma is 1
+  // (dense batch, strides TMA can describe); else dK and dV leave the accumulators by plain
+  // stores.
+  CUtensorMap tm_dk;
+  CUtensorMap tm_dv;
+  int dkdv_by_tma;
 };
 
 }  // namespace fa::cuda::sm90

@@ -36,6 +36,32 @@ enum class WarpGroupRole { producer = 0, consumer0 = 1, consumer1 = 2 };
 // instead of being computed per thread and moved over (R2UR) before each wgmma.
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
+// A warpgroup's m64 x kCols fp32 accumulator (the wgmma layout: warp w holds rows 16w + lane / 4
+// and + 8, columns 8i + 2·(lane % 4) and + 1, in acc[4i + 2h], acc[4i + 2h + 1] for row half h)
+// into shared memory as 16-bit values, row half h times mul[h] (zeros where `zero`), in the
+// layout of the TMA maps: 64-column panels panel_bytes apart, 128-byte rows, 128-byte swizzle.
+// base: the address of the warpgroup's row 0 in its first panel. stmatrix x4 = the 8x8 blocks
+// (rows + 0, + 8) x (n8 chunks 2i, 2i + 1) of the warp's 16 rows; lane l addresses row 16·warp +
+// 8·((l / 8) % 2) + l % 8 of block l / 8, 16-byte chunk c ^ (row % 8) of its panel.
+template <bool kIsBf16, int kCols>
+__device__ __forceinline__ void warpgroup_stage_sw128(uint32_t base, int panel_bytes, const float (&acc)[kCols / 2],
+                                                      const float (&mul)[2], bool zero = false) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) % 128 / 32;
+  const uint32_t rows = base + (16 * warp + 8 * ((lane / 8) % 2) + lane % 8) * 128;
+#pragma unroll
+  for (int i = 0; i < kCols / 16; ++i) {
+    const int c = 2 * i + lane / 16;  // n8 chunk of this lane's block
+    uint32_t r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int ot = 2 * i + j / 2, h = j % 2;
+      r[j] = zero ? 0u : pack2<kIsBf16>(acc[4 * ot + 2 * h] * mul[h], acc[4 * ot + 2 * h + 1] * mul[h]);
+    }
+    ptx::warp_stmatrix_x4(rows + (c / 8) * panel_bytes + (((c % 8) ^ (lane % 8)) << 4), r);
+  }
+}
+
 // One mbarrier in shared memory (uint64), cta:: scope helpers over cuda::ptx.
 struct SmemBarrier {
   uint64_t* bar;
@@ -219,10 +245,11 @@ struct FwdKernel {
   };
 
   // Ping-pong turns, round robin. Each consumer warpgroup brackets every batch of GEMM issues
-  // with wait_turn / pass_turn (to the next warpgroup); per tile, warpgroup 0 goes first (the
-  // last one passes it the turn before its first wait: first_pass), and the last one does not
-  // pass after its last batch (last_pass), so every arrival is waited for within the tile.
-  // No-ops without kPingPong.
+  // with wait_turn / pass_turn (to the next warpgroup). Every warpgroup takes the same number of
+  // turns per tile (one per K/V block, plus one), so the order runs on across tiles: a warpgroup
+  // done with its epilogue issues the next tile's first Q·Kᵀ while the others still store. The
+  // last warpgroup opens the first turn (open_turns) and warpgroup 0 takes the last pass
+  // (close_turns), so no arrival is left at exit. No-ops without kPingPong.
   __device__ __forceinline__ static void wait_turn(int group) {
     if constexpr (kPingPong) ptx::named_barrier_sync(kTurnBarrier + group, 2 * kWarpGroupThreads);
   }
@@ -230,8 +257,12 @@ struct FwdKernel {
     if constexpr (kPingPong)
       ptx::named_barrier_arrive(kTurnBarrier + (group + 1) % kConsumerGroups, 2 * kWarpGroupThreads);
   }
-  __device__ __forceinline__ static bool first_pass(int group) { return group == kConsumerGroups - 1; }
-  __device__ __forceinline__ static bool last_pass(int group) { return group != kConsumerGroups - 1; }
+  __device__ __forceinline__ static void open_turns(int group) {
+    if (group == kConsumerGroups - 1) pass_turn(group);
+  }
+  __device__ __forceinline__ static void close_turns(int group) {
+    if (group == 0) wait_turn(group);
+  }
 
   __device__ __forceinline__ static void producer(const Params& p, const Smem& sm, const Barriers& b);
   // One tile of one consumer warpgroup; kv_base = the ring position of the tile's first block.
@@ -287,6 +318,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     const int group = kUniformGroup ? warp_uniform(tid / kWarpGroupThreads - 1) : tid / kWarpGroupThreads - 1;
     int kv_base = 0;
+    open_turns(group);
     for (int round = 0;; ++round) {
       const int qs = round % kQStages;
       b.q_full(qs).wait((round / kQStages) & 1);
@@ -302,6 +334,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
       if (w.n_blocks == 0 && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
+    close_turns(group);
   }
 }
 
@@ -391,8 +424,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
   // 8-row groups).
   const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
-  if (first_pass(group) && n_blocks > 0) pass_turn(group);  // warpgroup 0 issues first
-
   for (int it = 0; it < n_blocks; ++it) {
     const int stage = stage_of(kv_base + it);
     const uint32_t phase = phase_of(kv_base + it);
@@ -455,7 +486,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
     }
     ptx::warpgroup_commit();
-    if (last_pass(group) || it + 1 < n_blocks) pass_turn(group);
+    pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) b.v_empty(stage).arrive();
@@ -494,21 +525,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::s
   }
   if (o_by_tma(params)) {
     // This warpgroup's 64 rows of the Q buffer (its own Q·Kᵀ GEMMs, their only readers, have
-    // landed): stmatrix x4 = the 8x8 blocks (rows +0, +8) x (n8 chunks 2i, 2i + 1) of the warp's 16
-    // rows; lane l addresses row 16·warp + 8·(j % 2) + l % 8 of block j = l / 8, 16-byte chunk
-    // c ^ (row % 8) of its 64-column panel (the 128-byte swizzle TMA reads back).
-    const uint32_t rows = sm.q + w.q_stage * kQBytes + (64 * group + 16 * warp + 8 * ((lane / 8) % 2) + lane % 8) * kRowBytes;
-#pragma unroll
-    for (int i = 0; i < kOT / 2; ++i) {
-      const int c = 2 * i + lane / 16;  // n8 chunk of this lane's block
-      uint32_t r[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int ot = 2 * i + j / 2, h = j % 2;
-        r[j] = pack2<kIsBf16>(o3[0][ot][2 * h] * inv_l[0][h], o3[0][ot][2 * h + 1] * inv_l[0][h]);
-      }
-      ptx::warp_stmatrix_x4(rows + (c / 8) * kQPanelBytes + (((c % 8) ^ (lane % 8)) << 4), r);
-    }
+    // landed), in the Q layout.
+    warpgroup_stage_sw128<kIsBf16, kHeadDim>(sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes, kQPanelBytes,
+                                             reinterpret_cast<const float(&)[kOT * 4]>(o3), inv_l[0]);
     // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
@@ -654,7 +673,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
   };
 
   if (n_blocks > 0) {
-    if (first_pass(group)) pass_turn(group);  // warpgroup 0 issues first
     // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
     float alpha[2];
     const int st0 = stage_of(kv_base);
@@ -715,7 +733,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
     ptx::warpgroup_fence();
     issue_pv(last);
     ptx::warpgroup_commit();
-    if (last_pass(group)) pass_turn(group);
+    pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);

@@ -384,8 +384,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
     } else {
       ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
     }
+    int* lock = nullptr;
     if (lane == 0) {
-      int* lock = nullptr;
       if (p.locks != nullptr) {
         lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
         const int expected = dq_turn(p, w, q0);
@@ -399,18 +399,19 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
                                         smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes));
       }
       cp::cp_async_bulk_commit_group();
-      if (lock != nullptr) {
-        cp::cp_async_bulk_wait_group(cp::n32_t<0>{});  // the additions are complete in global memory
-        cp::fence_proxy_async(cp::space_global);
-        ptx::red_release_add_gpu(lock, 1);
-      } else {
-        cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
-      }
+      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
       if (kSplitD) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // the stage, to the producer
     }
     __syncwarp();
     if (!kSplitD && s + 1 < w.steps)
       ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    // Deterministic mode: the next CTA in this q block's order may add once these additions are
+    // complete in global memory; the buffer went back to the consumers at their read already.
+    if (lock != nullptr) {
+      cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
+      cp::fence_proxy_async(cp::space_global);
+      ptx::red_release_add_gpu(lock, 1);
+    }
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
 }

@@ -9,7 +9,8 @@
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
 // (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode. Head
 // dim 256 runs the split-D schedule instead (consumer_split_d), its dQ tile written into the
-// step's own Q and dO buffers once read, which the writer releases.
+// step's own Q and dO buffers once read, which the writer releases. dK and dV leave by TMA
+// stores from shared memory, staged over K and V once no GEMM reads them (store_dkdv_tma).
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 

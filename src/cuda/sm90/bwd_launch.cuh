@@ -3,7 +3,6 @@
 // no workspace layout here (launch/bwd.cu owns both).
 #pragma once
 
-#include <cstdlib>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -42,10 +41,7 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   // refusal. Varlen keeps the plain stores (a box past a packed sequence would write into the
   // next one). FLASHATTN_SM90_DKDV_STORE=plain forces them (to compare the two epilogues in one
   // process).
-  static const bool plain_forced = [] {
-    const char* v = std::getenv("FLASHATTN_SM90_DKDV_STORE");
-    return v != nullptr && std::string(v) == "plain";
-  }();
+  static const bool plain_forced = plain_stores_forced("FLASHATTN_SM90_DKDV_STORE");
   out->dkdv_by_tma = 0;
   if (why.empty() && p.cu_seqlens_q == nullptr && !plain_forced &&
       encode_bshd_map(&out->tm_dk, kIsBf16, p.dk, e.batch, e.rows_k, p.heads_kv, p.head_dim, p.dk_batch_stride,

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -44,10 +43,7 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   // O by TMA stores where the kernel can (its finished tile's Q buffer holds O) and O's layout
   // allows it; otherwise plain stores, never a refusal. FLASHATTN_SM90_O_STORE=plain forces the
   // plain stores (to compare the two epilogues in one process).
-  static const bool plain_forced = [] {
-    const char* v = std::getenv("FLASHATTN_SM90_O_STORE");
-    return v != nullptr && std::string(v) == "plain";
-  }();
+  static const bool plain_forced = plain_stores_forced("FLASHATTN_SM90_O_STORE");
   out->o_by_tma = 0;
   if (why.empty() && Kernel::kTmaStoreO && p.cu_seqlens_q == nullptr && !plain_forced &&
       encode_bshd_map(&out->tm_o, kIsBf16, p.o, e.batch, e.rows_q, p.heads_q, p.head_dim_v, p.o_batch_stride,

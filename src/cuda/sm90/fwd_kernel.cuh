@@ -132,20 +132,28 @@ struct FwdKernel {
   static constexpr int kKVBytes = kPanels * kKVPanelBytes;
   static constexpr int kAlign = 1024;  // swizzle atom
   static constexpr int kMaxSmem = 227 * 1024;
+  // After the tiles: q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage;
+  // then the tile of each Q stage (the producer's hand-over to the consumers: a TileWork).
+  static constexpr int kSlotBytes = 64;
   static constexpr int kQStages =
-      kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) + 8 <= kMaxSmem ? 2 : 1;
-  static constexpr int kTileBytes = kQStages * kQBytes + 2 * kStages * kKVBytes;
-  // q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage; then the tile
-  // index of each Q stage (the producer's hand-over to the consumers)
+      kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) + 2 * kSlotBytes <= kMaxSmem ? 2 : 1;
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
-  static constexpr int kSmemBytes = kAlign + kTileBytes + 8 * kNumBarriers + 4 * kQStages;
+  static constexpr int kTailBytes = 8 * kNumBarriers + kSlotBytes * kQStages;
 
   // The epilogue through shared memory: each consumer warpgroup writes O / l (16-bit) into its
-  // 64 rows of the tile's Q buffer (the Q layout), one thread stores them by TMA, and the
-  // buffer is released once the store has read it (with one Q buffer, hdim 256, the next tile's
-  // Q loads only then). Dense batches only: a box past a packed sequence would write into the
-  // next one.
+  // 64 rows of a buffer in the Q layout, one thread stores them by TMA. Dense batches only: a box
+  // past a packed sequence would write into the next one. Where shared memory allows (kOBuffer:
+  // hdim 64 and 128) the buffer is one of its own, so the tile's Q buffer is released at its last
+  // Q·Kᵀ and no thread waits for the store: the issuing thread waits for the previous store's
+  // read before the next tile's O goes in, a tile later. Else (hdim 256) it is the tile's Q
+  // buffer, released once the store has read it (with one Q buffer the next tile's Q loads only
+  // then).
   static constexpr bool kTmaStoreO = !kVarlen;
+  static constexpr bool kOBuffer =
+      kTmaStoreO && kAlign + (kQStages + 1) * kQBytes + 2 * kStages * kKVBytes + kTailBytes <= kMaxSmem;
+  static constexpr int kOOffset = kQStages * kQBytes + 2 * kStages * kKVBytes;  // after Q, K, V
+  static constexpr int kTileBytes = kOOffset + (kOBuffer ? kQBytes : 0);
+  static constexpr int kSmemBytes = kAlign + kTileBytes + kTailBytes;
   static constexpr int kOStoreRows = 64;
   static constexpr int kStoreBarrier = kTurnBarrier + kConsumerGroups;  // one a warpgroup: its 128 threads
 
@@ -241,7 +249,7 @@ struct FwdKernel {
   struct Smem {
     char* base;
     uint32_t q, k, v;
-    volatile int* tile_slot;
+    TileWork* work;       // [kQStages]; n_blocks < 0: no tile left
   };
 
   // Ping-pong turns, round robin. Each consumer warpgroup brackets every batch of GEMM issues
@@ -273,6 +281,8 @@ struct FwdKernel {
                                                              int kv_base);
   // Does O leave by TMA stores (and store_tile release the Q buffer)? Uniform over the grid.
   __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
+  // Is the tile's Q buffer free once the warpgroup's last Q·Kᵀ has landed (O not staged in it)?
+  __device__ __forceinline__ static bool q_freed_at_last_qk(const Params& p) { return kOBuffer || !o_by_tma(p); }
   // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the tile's Q buffer (o_by_tma,
   // which then releases that buffer), else by plain stores from the accumulators.
   __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
@@ -292,7 +302,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
   sm.k = sm.q + kQStages * kQBytes;
   sm.v = sm.k + kStages * kKVBytes;
   const Barriers b{reinterpret_cast<uint64_t*>(sm.base + kTileBytes)};
-  sm.tile_slot = reinterpret_cast<volatile int*>(sm.base + kTileBytes + 8 * kNumBarriers);
+  sm.work = reinterpret_cast<TileWork*>(sm.base + kTileBytes + 8 * kNumBarriers);
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
@@ -322,19 +332,26 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
     for (int round = 0;; ++round) {
       const int qs = round % kQStages;
       b.q_full(qs).wait((round / kQStages) & 1);
-      const int idx = sm.tile_slot[qs];
-      if (idx < 0) break;
-      TileWork w = tile_work(params, idx);
+      TileWork w = sm.work[qs];  // written before the producer's q_full arrival
+      if (w.n_blocks < 0) break;
       w.q_stage = qs;
+      if constexpr (!kVarlen) {  // the same for every tile: from the parameters, which stay at hand
+        w.sq = params.prob.seqlen_q;
+        w.sk = params.prob.seqlen_k;
+        w.q_first = w.k_first = 0;
+      }
       if constexpr (kOverlap) {
         consumer_overlapped(params, group, sm, b, w, kv_base);
       } else {
         consumer(params, group, sm, b, w, kv_base);
       }
-      if (w.n_blocks == 0 && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
+      if (w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
     close_turns(group);
+    // The last store must have read the staging buffer before the CTA's shared memory goes.
+    if (kOBuffer && threadIdx.x % kWarpGroupThreads == 0)
+      ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
   }
 }
 
@@ -355,12 +372,12 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::p
     // counts as complete, so the first wait on each buffer passes).
     b.q_empty(qs).wait(((round / kQStages) & 1) ^ 1);
     if (idx >= num_tiles) {  // none left: tell the consumers, with no bytes to wait for
-      sm.tile_slot[qs] = -1;
+      sm.work[qs].n_blocks = -1;
       b.q_full(qs).arrive();
       break;
     }
-    sm.tile_slot[qs] = static_cast<int>(idx);
     const TileWork w = tile_work(params, static_cast<int>(idx));
+    sm.work[qs] = w;  // the consumers' copy (one computation a tile, not one a thread)
     const int batch = kVarlen ? 0 : w.tile.batch;  // varlen maps: one packed batch
     const int head_kv = w.tile.head / p.group;
     b.q_full(qs).arrive_expect_tx(kQBytes);
@@ -448,7 +465,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
-    if (it + 1 == n_blocks && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
+    if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
 
     auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
@@ -524,25 +541,33 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::s
     }
   }
   if (o_by_tma(params)) {
-    // This warpgroup's 64 rows of the Q buffer (its own Q·Kᵀ GEMMs, their only readers, have
-    // landed), in the Q layout.
-    warpgroup_stage_sw128<kIsBf16, kHeadDim>(sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes, kQPanelBytes,
+    namespace cp = ::cuda::ptx;
+    // This warpgroup's 64 rows of the staging buffer, in the Q layout: its own buffer once the
+    // previous tile's store has read it, or the tile's Q buffer (its own Q·Kᵀ GEMMs, their only
+    // readers, have landed).
+    const uint32_t stage_off = kOBuffer ? kOOffset : w.q_stage * kQBytes;  // from sm.q / sm.base
+    if constexpr (kOBuffer) {
+      if (tid == 0) cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
+      ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
+    }
+    warpgroup_stage_sw128<kIsBf16, kHeadDim>(sm.q + stage_off + 64 * group * kRowBytes, kQPanelBytes,
                                              reinterpret_cast<const float(&)[kOT * 4]>(o3), inv_l[0]);
     // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    cp::fence_proxy_async(cp::space_shared);
     ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
     if (tid == 0) {
-      namespace cp = ::cuda::ptx;
       for (int c = 0; c < kPanels; ++c) {
         const int32_t coords[4] = {c * kPanelCols, w.m0 + 64 * group, head, static_cast<int32_t>(batch)};
         cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_o, coords,
-                                 sm.base + w.q_stage * kQBytes + c * kQPanelBytes + 64 * group * kRowBytes);
+                                 sm.base + stage_off + c * kQPanelBytes + 64 * group * kRowBytes);
       }
       cp::cp_async_bulk_commit_group();
-      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
+      if constexpr (!kOBuffer) cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
     }
-    ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);  // the buffer was read: free it
-    b.q_empty(w.q_stage).arrive();
+    if constexpr (!kOBuffer) {
+      ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);  // the buffer was read: free it
+      b.q_empty(w.q_stage).arrive();
+    }
     return;
   }
   T* o = static_cast<T*>(p.o) + (varlen ? w.q_first * p.o_row_stride : batch * p.o_batch_stride) +
@@ -686,7 +711,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(st0).arrive();
-    if (n_blocks == 1 && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();
+    if (n_blocks == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     pack_p();
 
@@ -708,7 +733,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
       if (lane == 0) b.k_empty(stage).arrive();
-      if (it + 1 == n_blocks && !o_by_tma(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
+      if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);

@@ -35,7 +35,8 @@ inline constexpr bool kSm90FwdVarlen = true;
 // softmax) and kPingPong (the consumer warpgroups take turns issuing their GEMMs, so one's
 // softmax runs under the others' GEMMs). The compile definitions FA_SM90_FWD_OVERLAP /
 // FA_SM90_FWD_PINGPONG (0 or 1) override both for every head dim, for timing the schedules
-// against each other (docs/PERF.md). Shared memory = (BM + 2·stages·BN)·D·2 bytes + barriers.
+// against each other (docs/PERF.md). Shared memory = (Q buffers + O buffer)·BM·D·2 + 2·stages·BN·D·2
+// bytes + barriers and tile slots (fwd_kernel.cuh).
 // Shapes follow the FlashAttention-3 design (BM 192 at D 64, else 128; BN 128 up to D 128, 80 at
 // D 256); the schedules chosen here are the fastest timed on the H200 (docs/PERF.md, "GPU
 // forward (sm90 path)"). kSmallTiles: a second row for the same head dim, which the first hands
@@ -43,40 +44,46 @@ inline constexpr bool kSm90FwdVarlen = true;
 // 192-row tile cuts the diagonal coarsely and leaves fewer tiles than multiprocessors.
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
-// +4–11%), but −1–3% at 128 (docs/PERF.md).
+// +4–11%), but −1–3% at 128 (docs/PERF.md). kNextS: the overlapped schedule issues the next
+// tile's first Q·Kᵀ with a tile's last P·V, under the epilogue (fwd_kernel.cuh): +3–6% at hdim 64,
+// −1–5% at 128, where that P·V then waits for the next tile's first K block to arrive.
 template <int kHeadDim, bool kSmallTiles = false>
 struct FwdConfig;
 template <>
-struct FwdConfig<64> {  // 113 KiB, three consumer warpgroups
+struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 4096;
   static constexpr bool kUniformGroup = true;
+  static constexpr bool kNextS = true;
 };
 template <>
-struct FwdConfig<64, true> {  // 80 KiB, two consumer warpgroups
+struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 0;
   static constexpr bool kUniformGroup = true;
+  static constexpr bool kNextS = true;
 };
 template <>
-struct FwdConfig<128> {  // 160 KiB
+struct FwdConfig<128> {  // 225 KiB (O staged apart)
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
   static constexpr int kSmallTilesBelow = 0;
   static constexpr bool kUniformGroup = false;
+  static constexpr bool kNextS = false;
 };
 template <>
-struct FwdConfig<256> {  // 225 KiB
+struct FwdConfig<256> {  // 225 KiB (O staged in the one Q buffer)
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
   static constexpr int kSmallTilesBelow = 0;
   static constexpr bool kUniformGroup = true;
+  static constexpr bool kNextS = false;
 };
 
 template <int kHeadDim, bool kSmallTiles = false>

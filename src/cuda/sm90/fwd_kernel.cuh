@@ -83,7 +83,7 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_, bool kUniformGroup_>
+          bool kIsBf16_, bool kUniformGroup_, bool kNextS_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -154,6 +154,16 @@ struct FwdKernel {
   static constexpr int kOOffset = kQStages * kQBytes + 2 * kStages * kKVBytes;  // after Q, K, V
   static constexpr int kTileBytes = kOOffset + (kOBuffer ? kQBytes : 0);
   static constexpr int kSmemBytes = kAlign + kTileBytes + kTailBytes;
+  // The overlapped schedule issues the next round's first Q·Kᵀ with this tile's last P·V, so
+  // that it runs under the epilogue: the next tile's Q must load meanwhile (two Q buffers). A
+  // round with no tile, or a tile with no key, gets a stand-in Q·Qᵀ on its own Q buffer instead
+  // (nothing writes that buffer then: O is staged elsewhere; kBlockN <= kBlockM keeps the reads
+  // inside it), whose
+  // result is dropped: every round then starts with exactly one S in flight on every path,
+  // which is what ptxas needs to see to keep the wgmmas asynchronous (a conditional issue makes
+  // it serialise them all).
+  static constexpr bool kNextS = kNextS_ && kOverlap && kQStages == 2 && (kOBuffer || !kTmaStoreO);
+  static_assert(!kNextS || kBlockN <= kBlockM, "the stand-in S reads kBlockN rows of a Q buffer");
   static constexpr int kOStoreRows = 64;
   static constexpr int kStoreBarrier = kTurnBarrier + kConsumerGroups;  // one a warpgroup: its 128 threads
 
@@ -276,9 +286,18 @@ struct FwdKernel {
   // One tile of one consumer warpgroup; kv_base = the ring position of the tile's first block.
   __device__ __forceinline__ static void consumer(const Params& p, int group, const Smem& sm,
                                                   const Barriers& b, const TileWork& w, int kv_base);
+  // The overlapped one takes the S registers from the caller: with kNextS each call finds its
+  // round's first S in flight and leaves the next round's in flight (issue_round_s).
   __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, const Smem& sm,
-                                                             const Barriers& b, const TileWork& w,
-                                                             int kv_base);
+                                                             const Barriers& b, const TileWork& w, int kv_base,
+                                                             int round, float (&s)[kNT * 4]);
+  // S = Q·Kᵀ issued (not committed) for one warpgroup: m64 n=BN, k16 steps of +32 bytes in each
+  // 128-byte row; q_stage: the tile's Q buffer, k_base: the K block (or the stand-in's Q buffer).
+  __device__ __forceinline__ static void issue_s(const Smem& sm, int group, int q_stage, uint32_t k_base,
+                                                 float (&s)[kNT * 4]);
+  // kNextS: waits for round's Q (and its tile's first K block, the kv-th of the CTA) and returns
+  // the address issue_s reads the keys from: that K block, or the stand-in's.
+  __device__ __forceinline__ static uint32_t round_s_keys(const Smem& sm, const Barriers& b, int round, int kv);
   // Does O leave by TMA stores (and store_tile release the Q buffer)? Uniform over the grid.
   __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
   // Is the tile's Q buffer free once the warpgroup's last Q·Kᵀ has landed (O not staged in it)?
@@ -290,8 +309,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -328,7 +347,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     const int group = kUniformGroup ? warp_uniform(tid / kWarpGroupThreads - 1) : tid / kWarpGroupThreads - 1;
     int kv_base = 0;
+    float s[kNT * 4];  // S of the overlapped schedule, which runs on into the next round (kNextS)
     open_turns(group);
+    if constexpr (kNextS) {  // round 0's first S, in a turn of its own
+      const uint32_t k0 = round_s_keys(sm, b, 0, 0);
+      wait_turn(group);
+      ptx::warpgroup_fence();
+      issue_s(sm, group, 0, k0, s);
+      ptx::warpgroup_commit();
+      pass_turn(group);
+    }
     for (int round = 0;; ++round) {
       const int qs = round % kQStages;
       b.q_full(qs).wait((round / kQStages) & 1);
@@ -341,13 +369,14 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
         w.q_first = w.k_first = 0;
       }
       if constexpr (kOverlap) {
-        consumer_overlapped(params, group, sm, b, w, kv_base);
+        consumer_overlapped(params, group, sm, b, w, kv_base, round, s);
       } else {
         consumer(params, group, sm, b, w, kv_base);
       }
       if (w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
+    if constexpr (kNextS) ptx::warpgroup_wait<0>();  // the stand-in S of the round that found no tile
     close_turns(group);
     // The last store must have read the staging buffer before the CTA's shared memory goes.
     if (kOBuffer && threadIdx.x % kWarpGroupThreads == 0)
@@ -358,8 +387,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::o
 // One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
 // the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
 // over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -414,8 +443,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::p
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -511,8 +540,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -625,10 +654,13 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // Overlapped consumer (kOverlap): per K/V block j >= 1 the warpgroup issues S_j = Q·K_jᵀ and
 // O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
 // P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
-// operand of the P·V in flight, kept live until it lands) and O.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::consumer_overlapped(
-    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base) {
+// operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
+// in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
+// other one), which then runs under this tile's epilogue.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::consumer_overlapped(
+    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
+    float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
   const int sq = w.sq;
   const int sk = w.sk;
@@ -640,38 +672,24 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
   const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
   const int n_blocks = w.n_blocks;
 
+  // O starts from its first P·V's zero-accumulate flag, not from moves, which would define a
+  // wgmma accumulator while this tile's S_0 is in flight.
   float acc_o[kOT * 4];
-#pragma unroll
-  for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;
   auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
   OnlineSoftmax<1> softmax;
   softmax.init();
-  float s[kNT * 4];
   auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
   uint32_t p_frag[kBlockN / 16][4];
   auto& p_flat = reinterpret_cast<uint32_t(&)[kBlockN / 16 * 4]>(p_frag);
 
-  const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
-
-  // S = Q·K_stᵀ issued (not committed): m64 n=BN, k16 steps of +32 bytes in each 128-byte row.
-  const auto issue_qk = [&](int st) {
-    const uint32_t k_base = sm.k + st * kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int panel = kk / 4;
-      const int step = (kk % 4) * 32;
-      const uint64_t da = ptx::make_smem_desc_sw128(q_base, panel * kQPanelBytes + step, 16, 1024);
-      const uint64_t db = ptx::make_smem_desc_sw128(k_base, panel * kKVPanelBytes + step, 16, 1024);
-      ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-  };
+  const auto issue_qk = [&](int st) { issue_s(sm, group, w.q_stage, sm.k + st * kKVBytes, s); };
   // O += P·V_st issued (not committed): V MN-major (transpose bit), k16 step = 16 rows.
-  const auto issue_pv = [&](int st) {
+  const auto issue_pv = [&](int st, bool first) {
     const uint32_t v_base = sm.v + st * kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
     }
   };
   // Softcap, mask and softmax of block it (in S); alpha as warp_softmax_deferred.
@@ -697,18 +715,24 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
     }
   };
 
+  if constexpr (kNextS) {  // this round's S_0 (or its stand-in) has been in flight
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(s);
+  }
   if (n_blocks > 0) {
     // Block 0: S_0, then P_0 (O is still zero: nothing to rescale).
     float alpha[2];
     const int st0 = stage_of(kv_base);
-    b.k_full(st0).wait(phase_of(kv_base));
-    wait_turn(group);
-    ptx::warpgroup_fence_operand(s);
-    ptx::warpgroup_fence();
-    issue_qk(st0);
-    ptx::warpgroup_commit();
-    pass_turn(group);
-    ptx::warpgroup_wait<0>();
+    if constexpr (!kNextS) {
+      b.k_full(st0).wait(phase_of(kv_base));
+      wait_turn(group);
+      ptx::warpgroup_fence_operand(s);
+      ptx::warpgroup_fence();
+      issue_qk(st0);
+      ptx::warpgroup_commit();
+      pass_turn(group);
+      ptx::warpgroup_wait<0>();
+    }
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(st0).arrive();
     if (n_blocks == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
@@ -727,7 +751,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
       ptx::warpgroup_fence();
       issue_qk(stage);  // S_it = Q·K_itᵀ
       ptx::warpgroup_commit();
-      issue_pv(prev);  // O += P_{it-1}·V_{it-1}
+      issue_pv(prev, it == 1);  // O += P_{it-1}·V_{it-1}
       ptx::warpgroup_commit();
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
@@ -749,22 +773,66 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug>::c
         }
       pack_p();
     }
-    // O += P_last·V_last
+    // O += P_last·V_last, and with kNextS the next round's S_0.
     const int last = stage_of(kv_base + n_blocks - 1);
+    const uint32_t next_k = kNextS ? round_s_keys(sm, b, round + 1, kv_base + n_blocks) : 0;
     b.v_full(last).wait(phase_of(kv_base + n_blocks - 1));
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_fence_operand(s);
     wait_turn(group);
     ptx::warpgroup_fence();
-    issue_pv(last);
+    issue_pv(last, n_blocks == 1);
     ptx::warpgroup_commit();
+    if constexpr (kNextS) {
+      issue_s(sm, group, (round + 1) % kQStages, next_k, s);
+      ptx::warpgroup_commit();
+    }
     pass_turn(group);
-    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_wait<kNextS ? 1 : 0>();  // the P·V landed (the next S_0 runs on)
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
     if (lane == 0) b.v_empty(last).arrive();
+  } else {
+#pragma unroll
+    for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)
+    if constexpr (kNextS) {  // the next round's S_0, in the turn the last P·V would have taken
+      const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base);
+      ptx::warpgroup_fence_operand(s);
+      wait_turn(group);
+      ptx::warpgroup_fence();
+      issue_s(sm, group, (round + 1) % kQStages, next_k, s);
+      ptx::warpgroup_commit();
+      pass_turn(group);
+    }
   }
   store_tile(params, group, sm, b, w, softmax, o3);
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::issue_s(const Smem& sm, int group,
+                                                                               int q_stage, uint32_t k_base,
+                                                                               float (&s)[kNT * 4]) {
+  const uint32_t q_base = sm.q + q_stage * kQBytes + 64 * group * kRowBytes;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const int panel = kk / 4;
+    const int step = (kk % 4) * 32;
+    const uint64_t da = ptx::make_smem_desc_sw128(q_base, panel * kQPanelBytes + step, 16, 1024);
+    const uint64_t db = ptx::make_smem_desc_sw128(k_base, panel * kKVPanelBytes + step, 16, 1024);
+    ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::round_s_keys(const Smem& sm,
+                                                                                        const Barriers& b,
+                                                                                        int round, int kv) {
+  const int qs = round % kQStages;
+  b.q_full(qs).wait((round / kQStages) & 1);
+  if (sm.work[qs].n_blocks <= 0) return sm.q + qs * kQBytes;  // no tile, or no key: the stand-in
+  b.k_full(stage_of(kv)).wait(phase_of(kv));
+  return sm.k + stage_of(kv) * kKVBytes;
 }
 
 }  // namespace fa::cuda::sm90

@@ -216,9 +216,21 @@ struct BwdKernel {
   __device__ __forceinline__ static void store_dkdv_tma(const Params& params, uint32_t smem_base, char* smem,
                                                         const Steps& w, const float (&acc_dk)[kN],
                                                         const float (&acc_dv)[kN], int group, int row0, int col0);
+  // The first kLsePre LSE pairs of a thread's columns, read by the caller before it waits for Sᵀ so
+  // that their shared-memory latency runs under the GEMM (read after the wait, the first
+  // exponentials stalled on them: ~6% of the consumers' stall samples at hdim 128). None with
+  // 128-row q blocks (hdim 64): the registers are not there (the loop then spills).
+  static constexpr int kLsePre = kBlockM > 64 ? 0 : 2;
+  static constexpr int kLsePreSlots = kLsePre > 0 ? kLsePre : 1;
+  __device__ __forceinline__ static void read_lse_pre(const float* lse_s, int col0, float2 (&pre)[kLsePreSlots]) {
+    const int t = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+    for (int i = 0; i < kLsePre; ++i) pre[i] = *reinterpret_cast<const float2*>(lse_s + col0 + 8 * i + 2 * t);
+  }
   template <int kN>
   __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, const Steps& w, float (&st)[kN],
-                                                         float (&dpt)[kN], const float* lse_s, const float* dsum_s,
+                                                         float (&dpt)[kN], const float* lse_s,
+                                                         const float2 (&lse_pre)[kLsePreSlots], const float* dsum_s,
                                                          int q0, int col0, int kv, bool full_tile);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w);
@@ -498,7 +510,8 @@ template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
-    const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
+    const float2 (&lse_pre)[kLsePreSlots], const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
+  static_assert(kN / 4 >= kLsePre, "prefetched LSE pairs");
   const int t = static_cast<int>(threadIdx.x) % 4;
   // Tiles not wholly visible: `value` into the entries outside the rows that see each of this
   // thread's two keys (kv, kv + 8), as block-local columns in 32-bit (none past the keys). A
@@ -526,7 +539,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
 #pragma unroll
     for (int i = 0; i < kN / 4; ++i) {
       const int col = col0 + 8 * i + 2 * t;
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_s + col);
+      const float2 l2 = i < kLsePre ? lse_pre[i] : *reinterpret_cast<const float2*>(lse_s + col);
       const float2 dd = *reinterpret_cast<const float2*>(dsum_s + col);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -636,6 +649,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
                                                  ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
+    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
+    float2 lse_pre[kLsePreSlots];
+    read_lse_pre(lse_s, 0, lse_pre);
     if constexpr (kDkAcrossSteps) {
       // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
       // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
@@ -647,12 +663,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
 
-    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
     const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-    probs_and_grads(p, w, st, dpt, lse_s, dsum_s, q0, 0, w.kv0 + r0, full_tile);
+    probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, 0, w.kv0 + r0, full_tile);
 
     // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kKT][4];
@@ -837,15 +852,17 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
                                                 ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
     }
     ptx::warpgroup_commit();
+    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
+    float2 lse_pre[kLsePreSlots];
+    read_lse_pre(lse_s, qh0, lse_pre);
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
     ptx::warpgroup_fence_operand(st);
 
-    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
     const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
                            mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-    probs_and_grads(p, w, st, dpt, lse_s, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
+    probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
 
     // Pᵀ_h, dSᵀ_h into the buffer of step parity: row kv, 16-byte chunk q / 8 XOR kv % 8 (= g).
     // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1 after waiting for

@@ -158,10 +158,9 @@ struct FwdKernel {
   // that it runs under the epilogue: the next tile's Q must load meanwhile (two Q buffers). A
   // round with no tile, or a tile with no key, gets a stand-in Q·Qᵀ on its own Q buffer instead
   // (nothing writes that buffer then: O is staged elsewhere; kBlockN <= kBlockM keeps the reads
-  // inside it), whose
-  // result is dropped: every round then starts with exactly one S in flight on every path,
-  // which is what ptxas needs to see to keep the wgmmas asynchronous (a conditional issue makes
-  // it serialise them all).
+  // inside it), whose result is dropped: every round then starts with exactly one S in flight on
+  // every path, which is what ptxas needs to see to keep the wgmmas asynchronous (a conditional
+  // issue makes it serialise them all).
   static constexpr bool kNextS = kNextS_ && kOverlap && kQStages == 2 && (kOBuffer || !kTmaStoreO);
   static_assert(!kNextS || kBlockN <= kBlockM, "the stand-in S reads kBlockN rows of a Q buffer");
   static constexpr int kOStoreRows = 64;
@@ -287,7 +286,7 @@ struct FwdKernel {
   __device__ __forceinline__ static void consumer(const Params& p, int group, const Smem& sm,
                                                   const Barriers& b, const TileWork& w, int kv_base);
   // The overlapped one takes the S registers from the caller: with kNextS each call finds its
-  // round's first S in flight and leaves the next round's in flight (issue_round_s).
+  // round's first S in flight and leaves the next round's in flight (issue_s, round_s_keys).
   __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, const Smem& sm,
                                                              const Barriers& b, const TileWork& w, int kv_base,
                                                              int round, float (&s)[kNT * 4]);
@@ -298,12 +297,13 @@ struct FwdKernel {
   // kNextS: waits for round's Q (and its tile's first K block, the kv-th of the CTA) and returns
   // the address issue_s reads the keys from: that K block, or the stand-in's.
   __device__ __forceinline__ static uint32_t round_s_keys(const Smem& sm, const Barriers& b, int round, int kv);
-  // Does O leave by TMA stores (and store_tile release the Q buffer)? Uniform over the grid.
+  // Does O leave by TMA stores (staged as kOBuffer says)? Uniform over the grid.
   __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
   // Is the tile's Q buffer free once the warpgroup's last Q·Kᵀ has landed (O not staged in it)?
   __device__ __forceinline__ static bool q_freed_at_last_qk(const Params& p) { return kOBuffer || !o_by_tma(p); }
-  // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the tile's Q buffer (o_by_tma,
-  // which then releases that buffer), else by plain stores from the accumulators.
+  // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the staging buffer (o_by_tma; when
+  // that is the tile's Q buffer, released here once read), else by plain stores from the
+  // accumulators.
   __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
                                                     const Barriers& b, const TileWork& w,
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);

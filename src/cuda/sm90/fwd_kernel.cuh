@@ -467,28 +467,17 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   OnlineSoftmax<1> softmax;
   softmax.init();
 
-  // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
-  // 8-row groups).
-  const uint32_t q_base = sm.q + w.q_stage * kQBytes + 64 * group * kRowBytes;
   for (int it = 0; it < n_blocks; ++it) {
     const int stage = stage_of(kv_base + it);
     const uint32_t phase = phase_of(kv_base + it);
 
-    // S = Q·K_itᵀ   (m64 n=BN, k16 steps: 4 per 128-byte panel row, +32 bytes each)
+    // S = Q·K_itᵀ
     float s[kNT * 4];
     b.k_full(stage).wait(phase);
-    const uint32_t k_base = sm.k + stage * kKVBytes;
     wait_turn(group);
     ptx::warpgroup_fence_operand(s);
     ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int panel = kk / 4;
-      const int step = (kk % 4) * 32;
-      const uint64_t da = ptx::make_smem_desc_sw128(q_base, panel * kQPanelBytes + step, 16, 1024);
-      const uint64_t db = ptx::make_smem_desc_sw128(k_base, panel * kKVPanelBytes + step, 16, 1024);
-      ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
+    issue_s(sm, group, w.q_stage, sm.k + stage * kKVBytes, s);
     ptx::warpgroup_commit();
     pass_turn(group);
     ptx::warpgroup_wait<0>();
@@ -813,6 +802,8 @@ template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bo
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
+  // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
+  // 8-row groups).
   const uint32_t q_base = sm.q + q_stage * kQBytes + 64 * group * kRowBytes;
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {

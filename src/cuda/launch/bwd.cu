@@ -41,10 +41,11 @@ const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps, const B
 
 size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// Workspace: dQ accumulator fp32 [Hq, rows_q, D] | D = rowsum(dO∘O) fp32 like LSE |
-// deterministic only: int32 counters [B, Hq, q blocks]. Each region 256-byte aligned.
+// Workspace: dQ accumulator fp32 [Hq, rows_q, D] | D = rowsum(dO∘O) fp32 like LSE | the tile
+// counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
+// blocks]. Each region 256-byte aligned.
 struct Layout {
-  size_t dq_accum = 0, dsum = 0, locks = 0, total = 0;
+  size_t dq_accum = 0, dsum = 0, tile_counter = 0, locks = 0, total = 0;
 };
 
 Layout layout(const Problem& p, const BwdKernelRow& row) {
@@ -53,7 +54,8 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   Layout l;
   l.dq_accum = 0;
   l.dsum = align_up(l.dq_accum + hq * rows_q * static_cast<size_t>(p.head_dim) * sizeof(float));
-  l.locks = align_up(l.dsum + hq * rows_q * sizeof(float));
+  l.tile_counter = align_up(l.dsum + hq * rows_q * sizeof(float));
+  l.locks = align_up(l.tile_counter + sizeof(int));
   size_t lock_bytes = 0;
   if (p.deterministic) {
     const size_t q_blocks = static_cast<size_t>((p.seqlen_q + row.block_m - 1) / row.block_m);
@@ -190,11 +192,16 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.dq_accum = reinterpret_cast<float*>(ws + l.dq_accum);
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
   params.locks = p.deterministic ? reinterpret_cast<int*>(ws + l.locks) : nullptr;
+  params.tile_counter = reinterpret_cast<int*>(ws + l.tile_counter);
   if (p.deterministic && l.total > l.locks)
     FA_CUDA_CHECK(cudaMemsetAsync(ws + l.locks, 0, l.total - l.locks, stream));
 
-  // D = rowsum(dO∘O) and dQ_accum = 0; then dK, dV and dQ_accum; then dQ.
-  if (any_q) bwd_pre_launch(params, bf16, stream);
+  // D = rowsum(dO∘O), dQ_accum = 0 and the tile counter = 0; then dK, dV and dQ_accum; then dQ.
+  if (any_q) {
+    bwd_pre_launch(params, bf16, stream);
+  } else {
+    FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
+  }
   if (any_kv) row.launch(params, stream);
   if (any_q) bwd_post_launch(params, bf16, stream);
 }

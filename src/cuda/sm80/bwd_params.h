@@ -43,6 +43,7 @@ struct BwdParams {
   float* dq_accum;  // fp32 [Hq, rows_q, head_dim]; rows_q = varlen ? total_q : B·Sq
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
   int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
+  int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed
   int64_t rows_q;   // B·Sq, or total_q with varlen
 
   float scale;       // softmax scale; dS_raw = scale · dS_x multiplies dQ and dK

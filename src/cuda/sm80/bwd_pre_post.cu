@@ -45,7 +45,8 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
   return b * bs + s * rs + h * hs;
 }
 
-// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32);  dQ_accum[h, row, :] = 0.
+// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32);  dQ_accum[h, row, :] = 0; the tile
+// counter = 0.
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   const int rows_per_block = kRowThreads / lanes_per_row;
   const int64_t tasks = p.rows_q * p.heads_q;
   const int col = lane_in_row * 8;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   // The loop bound is block-uniform so that every lane reaches the shuffles below.
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < tasks;
        base += int64_t(gridDim.x) * rows_per_block) {

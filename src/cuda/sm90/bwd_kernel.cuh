@@ -1,7 +1,10 @@
 // CUDA backend, sm90/: the FlashAttention-3-design backward main kernel class (TMA, mbarriers,
-// wgmma, warp specialisation with setmaxnreg). One CTA per (kv block, kv head, batch): K and V
-// stay in shared memory; warp 0 of warpgroup 0 streams (query head, q block) steps of Q, dO,
-// LSE and D through a kStages ring; warpgroups 1 and 2 each own 64 kv rows:
+// wgmma, warp specialisation with setmaxnreg). A persistent grid: each CTA takes tiles (kv block,
+// kv head, batch) one after another, the first blockIdx.x, the next ones drawn from a counter
+// by its producer warp, which hands each tile's steps to the other warps through shared memory.
+// Per tile K and V stay in shared memory; warp 0 of warpgroup 0 streams (query head, q block)
+// steps of Q, dO, LSE and D through a kStages ring that runs on over the tiles; warpgroups 1
+// and 2 each own 64 kv rows:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
@@ -10,7 +13,8 @@
 // (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode. Head
 // dim 256 runs the split-D schedule instead (consumer_split_d), its dQ tile written into the
 // step's own Q and dO buffers once read, which the writer releases. dK and dV leave by TMA
-// stores from shared memory, staged over K and V once no GEMM reads them (store_dkdv_tma).
+// stores from shared memory (store_dkdv_tma), staged over the dS buffers and the dQ tile, so
+// that the next tile's K and V load meanwhile (split-D: over K and V, which then wait).
 // Receives validated BwdParams; does not choose tile sizes, lay out the workspace or launch.
 #pragma once
 
@@ -39,10 +43,20 @@ namespace fa::cuda::sm90 {
 // dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
 // consumers wait) around the shared dQ tile.
 // Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ (its dQ tile is
-// handed over by an mbarrier per stage instead: see kNumBarriers). The epilogue by TMA
-// (store_dkdv_tma): kv_free (every consumer's last GEMMs landed: K and V have no reader left),
-// then dkdv_staged + warpgroup (its 128 threads wrote their dK and dV tiles).
+// handed over by an mbarrier per stage instead: see kNumBarriers). The epilogue (epilogue):
+// kv_free (every consumer's last GEMMs landed: K, V and the dS buffers have no reader left, and
+// again once both warpgroups' dK and dV were read from shared memory), dkdv_staged + warpgroup
+// (its 128 threads wrote their dK and dV tiles).
 enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5 };
+
+// threadIdx.x, read anew where called: what the consumers derive from it (fragment and
+// stmatrix addresses) is then computed per tile, not hoisted out of the tile loop and held, or
+// spilled, across the epilogue, where dK and dV take the registers.
+__device__ __forceinline__ int thread_index_per_tile() {
+  int x;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(x));
+  return x;
+}
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
 struct BwdKernel {
@@ -107,17 +121,39 @@ struct BwdKernel {
   static constexpr int kDqPanels = kHeadDim / kDqPanelCols;
   static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
-  static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
+  // The epilogue's dK and dV tiles (16-bit, K and V's layout; store_dkdv_tma): split-D over K and
+  // V (the next tile's K and V then load after them); else dK over the dS buffers, free once the
+  // tile's GEMMs landed, and dV after it where the buffers hold both (hdim 64) or in a region of
+  // its own (hdim 128): not over the dQ tile, which the writer may still be reading, nor K and V,
+  // so that the next tile's K and V load under the epilogue.
+  static constexpr bool kDvOverDS = !kSplitD && 2 * kKVBytes <= 2 * kDSBytes;
+  static constexpr int kOffDvStage = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
+  static constexpr int kDvStageBytes = kSplitD || kDvOverDS ? 0 : kKVBytes;
+  static constexpr int kOffDk = kSplitD ? kOffK : kOffDS;
+  static constexpr int kOffDv = kSplitD ? kOffV : kDvOverDS ? kOffDS + kKVBytes : kOffDvStage;
+  static constexpr int kOffLse = kOffDvStage + kDvStageBytes;
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
-  static constexpr int kOffBars = kOffDsum + kStages * kBlockM * 4;
-  // kv_full, full[s], empty[s]; split-D also dq_full[s] (its dQ tile in stage s is written)
-  static constexpr int kNumBarriers = 1 + (kSplitD ? 3 : 2) * kStages;
+  // The producer's hand-over of a tile: two slots of 64 bytes (a Steps each), by tile parity.
+  static constexpr int kWorkSlotBytes = 64;
+  static constexpr int kOffWork = kOffDsum + kStages * kBlockM * 4;
+  static constexpr int kOffBars = kOffWork + 2 * kWorkSlotBytes;
+  // mbarriers: kv_full (K, V of the tile loaded), full[s] and empty[s] (the ring), split-D
+  // dq_full[s] (its dQ tile in stage s is written), kv_empty (K and V free for the next tile),
+  // tile_full[2] and tile_empty[2] (the work slots).
+  static constexpr int kBarKvFull = 0;
+  static constexpr int kBarFull = 1;
+  static constexpr int kBarEmpty = kBarFull + kStages;
+  static constexpr int kBarDqFull = kBarEmpty + kStages;
+  static constexpr int kBarKvEmpty = kBarDqFull + (kSplitD ? kStages : 0);
+  static constexpr int kBarTileFull = kBarKvEmpty + 1;
+  static constexpr int kBarTileEmpty = kBarTileFull + 2;
+  static constexpr int kNumBarriers = kBarTileEmpty + 2;
   static constexpr int kAlign = 1024;                    // swizzle atom
   static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
 
   // The epilogue by TMA stores: each consumer warpgroup's dK and dV (64 kv rows; split-D: its
-  // half of the columns) go over its part of K and V in shared memory, then out in boxes of 64
-  // rows x 64 columns.
+  // half of the columns) are staged at kOffDk, kOffDv, then go out in boxes of 64 rows x 64
+  // columns.
   static constexpr int kDkdvStoreRows = 64;
 
   static constexpr int kNT = kBlockM / 8;    // n8 chunks of Sᵀ / dPᵀ (q columns)
@@ -157,14 +193,21 @@ struct BwdKernel {
   static_assert(kSplitD || kDqN % kPanelCols == 0, "dQ column slice of whole panels");
   static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0 && kOffDQ % kAlign == 0, "alignment");
   static_assert(!kSplitD || dq_panels_in_own_columns(), "split-D dQ panels over the warpgroup's own Q/dO panels");
+  static_assert(kSplitD || kKVBytes <= 2 * kDSBytes, "dK staged over the dS buffers");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert(kOffWork % 16 == 0, "work slots");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  // One CTA per (kv block, kv head, batch), kv block fastest (the order: operator()).
-  static int64_t num_ctas(const sm80::BwdParams& p) {
+  // One tile per (kv block, kv head, batch), kv block fastest (the order: decode); a CTA per
+  // multiprocessor, or per tile when there are fewer.
+  __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
     return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
   }
-  static dim3 grid(const Params& p) { return dim3(static_cast<unsigned>(num_ctas(p.prob))); }
+  static dim3 grid(const Params& p, int sm_count) {
+    const int64_t tiles = num_tiles_of(p.prob);
+    return dim3(static_cast<unsigned>(tiles < sm_count ? tiles : sm_count));
+  }
 
   __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
 
@@ -180,13 +223,25 @@ struct BwdKernel {
     return lo;
   }
 
-  // This CTA's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
+  // A tile's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
   // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
-  // varlen: one packed batch).
+  // varlen: one packed batch). kv_block < 0: no tile left (the producer's last hand-over).
   struct Steps {
     int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
     int sq, sk, q_first, k_first, map_b;
   };
+  static_assert(sizeof(Steps) <= kWorkSlotBytes, "a tile's hand-over fits its slot");
+  // Tile idx's block and steps; false when the block starts past its batch's keys (varlen).
+  // Tile numbers are below 2^30 (can_implement), drawn ones below 2^30 + 2 · gridDim.x.
+  __device__ __forceinline__ static bool decode(const sm80::BwdParams& p, int idx, Steps& w);
+  // The hand-over of this CTA's tile number `tile` (its producer's `tile`-th), for the consumers
+  // and the dQ writer: waits for the slot, copies it, releases it.
+  __device__ __forceinline__ static Steps take_tile(char* smem, uint64_t* bars, int tile) {
+    SmemBarrier{bars + kBarTileFull + (tile & 1)}.wait((tile >> 1) & 1);
+    const Steps w = reinterpret_cast<const Steps*>(smem + kOffWork + (tile & 1) * kWorkSlotBytes)[0];
+    SmemBarrier{bars + kBarTileEmpty + (tile & 1)}.arrive();
+    return w;
+  }
   // Row of (query head h, query 0 of the batch) in LSE and D ([B, Hq, Sq], varlen [Hq, total_q]).
   __device__ __forceinline__ static int64_t stat_row(const sm80::BwdParams& p, const Steps& w, int h) {
     return p.cu_seqlens_q != nullptr ? int64_t(h) * p.total_q + w.q_first : (int64_t(w.b) * p.heads_q + h) * w.sq;
@@ -203,12 +258,12 @@ struct BwdKernel {
     return int64_t(h) * p.rows_q + (p.cu_seqlens_q != nullptr ? w.q_first : int64_t(w.b) * w.sq);
   }
 
-  __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars,
-                                                  const Steps& w);
-  __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, uint64_t* bars,
-                                                   const Steps& w);
+  __device__ __forceinline__ static void producer(const Params& params, char* smem, uint64_t* bars);
+  __device__ __forceinline__ static void dq_writer(const Params& params, char* smem, uint64_t* bars);
+  // One tile of a consumer warpgroup: `tile` counts this CTA's tiles (the K/V barriers' parity),
+  // `ring` the steps before it (the ring's stages and parities).
   __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
-                                                          uint64_t* bars, const Steps& w);
+                                                          uint64_t* bars, const Steps& w, int tile, uint32_t ring);
   template <int kN>
   __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
                                                     const float (&acc_dv)[kN], int r0, int col0, int t);
@@ -216,6 +271,10 @@ struct BwdKernel {
   __device__ __forceinline__ static void store_dkdv_tma(const Params& params, uint32_t smem_base, char* smem,
                                                         const Steps& w, const float (&acc_dk)[kN],
                                                         const float (&acc_dv)[kN], int group, int row0, int col0);
+  template <int kN>
+  __device__ __forceinline__ static void epilogue(const Params& params, uint32_t smem_base, char* smem,
+                                                  uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
+                                                  const float (&acc_dv)[kN], int group, int row0, int col0);
   // The first kLsePre LSE pairs of a thread's columns, read by the caller before it waits for Sᵀ so
   // that their shared-memory latency runs under the GEMM (read after the wait, the first
   // exponentials stalled on them: ~6% of the consumers' stall samples at hdim 128). None with
@@ -233,27 +292,25 @@ struct BwdKernel {
                                                          const float2 (&lse_pre)[kLsePreSlots], const float* dsum_s,
                                                          int q0, int col0, int kv, bool full_tile);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
-                                                  uint64_t* bars, const Steps& w);
+                                                  uint64_t* bars, const Steps& w, int tile, uint32_t ring);
 };
 
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(const Params& params,
-                                                                        char* smem_raw) const {
-  const sm80::BwdParams& p = params.prob;
-  Steps w;
+__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16>::decode(const sm80::BwdParams& p, int idx,
+                                                                     Steps& w) {
   // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
-  // (causal: the longest CTAs of a head first), or in the deterministic mode descending: there
-  // the dQ tiles of a q block are added from the highest kv block down, so every CTA waits only
-  // on CTAs launched before it, each one step ahead of it (dq_turn). GQA under a causal-like
-  // mask: kv block slowest, so that the longest CTAs of every kv head start first (each runs
-  // the group's query heads: kv block fastest left the last heads' long CTAs to the end).
-  const int64_t heads_batch = int64_t(p.heads_kv) * p.batch;
+  // (causal: the longest tiles of a head first), or in the deterministic mode descending: there
+  // the dQ tiles of a q block are added from the highest kv block down, so every tile waits only
+  // on tiles drawn before it, each one step ahead of it (dq_turn). GQA under a causal-like
+  // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
+  // the group's query heads: kv block fastest left the last heads' long tiles to the end).
+  const int heads_batch = p.heads_kv * p.batch;  // below 2^30 as the tiles
   const bool kv_slowest = p.group > 1 && LongestFirstScheduler::by_length(p.mask);
-  const int nb = static_cast<int>(kv_slowest ? blockIdx.x / heads_batch : blockIdx.x % p.num_kv_blocks);
+  const int nb = kv_slowest ? idx / heads_batch : idx % p.num_kv_blocks;
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
-  const int64_t rest = kv_slowest ? blockIdx.x % heads_batch : blockIdx.x / p.num_kv_blocks;
-  w.hk = static_cast<int>(rest % p.heads_kv);
-  w.b = static_cast<int>(rest / p.heads_kv);
+  const int rest = kv_slowest ? idx % heads_batch : idx / p.num_kv_blocks;
+  w.hk = rest % p.heads_kv;
+  w.b = rest / p.heads_kv;
   if (p.cu_seqlens_q != nullptr) {
     w.q_first = p.cu_seqlens_q[w.b];
     w.k_first = p.cu_seqlens_k[w.b];
@@ -268,7 +325,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   }
   const int sq = w.sq, sk = w.sk;
   w.kv0 = w.kv_block * kBlockN;
-  if (w.kv0 >= sk) return;  // uniform over the CTA (varlen: this batch's keys end earlier)
+  if (w.kv0 >= sk) return false;  // varlen: this batch's keys end earlier
   w.kv_rows = min(kBlockN, sk - w.kv0);
 
   // Query rows that see some key of this block: [row_lo, row_hi) (key_begin/key_end monotone);
@@ -281,21 +338,30 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
   w.steps = w.n_qb * p.group;
+  return true;
+}
 
-  // 1024-byte aligned tiles (the swizzle atom), then the barriers.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(const Params& params,
+                                                                        char* smem_raw) const {
+  // 1024-byte aligned tiles (the swizzle atom), then the work slots and the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
   const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
   char* smem = smem_raw + pad;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
-  // bars: [0] kv_full, [1 + s] full (Q, dO, LSE, D of stage s), [1 + S + s] empty
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    SmemBarrier{bars}.init(1);
+    SmemBarrier{bars + kBarKvFull}.init(1);
     for (int s = 0; s < kStages; ++s) {
-      SmemBarrier{bars + 1 + s}.init(32);  // the producer warp's lanes
+      SmemBarrier{bars + kBarFull + s}.init(32);  // the producer warp's lanes
       // lane 0 of each consumer warp; split-D: the writer, once it has read the dQ tile there
-      SmemBarrier{bars + 1 + kStages + s}.init(kSplitD ? 1 : kConsumerWarps);
-      if (kSplitD) SmemBarrier{bars + 1 + 2 * kStages + s}.init(kConsumerThreads);  // dq_full[s]
+      SmemBarrier{bars + kBarEmpty + s}.init(kSplitD ? 1 : kConsumerWarps);
+      if (kSplitD) SmemBarrier{bars + kBarDqFull + s}.init(kConsumerThreads);
+    }
+    SmemBarrier{bars + kBarKvEmpty}.init(1);  // one consumer thread, once K and V are free
+    for (int i = 0; i < 2; ++i) {
+      SmemBarrier{bars + kBarTileFull + i}.init(1);                            // the producer's lane 0
+      SmemBarrier{bars + kBarTileEmpty + i}.init(kConsumerThreads + 32);  // every reader: consumers, writer
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
@@ -304,126 +370,186 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
   const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
-    if (tid < 32 && w.steps > 0) producer(params, smem, bars, w);
-    if (tid >= 32 && tid < 64) dq_writer(params, smem, bars, w);
+    if (tid < 32) producer(params, smem, bars);
+    if (tid >= 32 && tid < 64) dq_writer(params, smem, bars);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
-    if constexpr (kSplitD) {
-      consumer_split_d(params, raw + pad, smem, bars, w);
-    } else {
-      consumer(params, raw + pad, smem, bars, w);
+    uint32_t ring = 0;
+    for (int tile = 0;; ++tile) {
+      const Steps w = take_tile(smem, bars, tile);
+      if (w.kv_block < 0) break;
+      if constexpr (kSplitD) {
+        consumer_split_d(params, raw + pad, smem, bars, w, tile, ring);
+      } else {
+        consumer(params, raw + pad, smem, bars, w, tile, ring);
+      }
+      ring += static_cast<uint32_t>(w.steps);
     }
+    // The writer's hand-back of the last dQ tile (one a step, each taken before the next store).
+    if (!kSplitD && ring > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
 }
 
-// warp:: scope (the producer warp). K and V once; then, per step, Q and dO by TMA from lane 0
-// (which first sets the byte count) and, while they load, LSE·log2e and D by the 32 lanes
-// (ordinary loads and stores: rows past sq get +inf and 0, so P = dS = 0 there). Every lane
-// arrives on full[stage].
+// warp:: scope (the producer warp). Per tile: draw it (the first is blockIdx.x, each next
+// gridDim.x + the counter, drawn once this tile's loads are issued, about two steps before its
+// end: drawn earlier, a CTA that just began a long tile would hold the next one while others
+// sit idle; varlen tiles past their batch's keys are skipped), hand it over (a work slot), then per
+// step Q and dO by TMA from lane 0 (which first sets the byte count) and, while they load,
+// LSE·log2e and D by the 32 lanes (ordinary loads and stores: rows past sq get +inf and 0, so
+// P = dS = 0 there); every lane arrives on full[stage]. K and V load once the previous tile's
+// are free (kv_empty), after the first step's Q and dO: the ring runs on over the tiles, so
+// those load under the previous tile's last step.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(const Params& params, char* smem,
-                                                                      uint64_t* bars, const Steps& w) {
+                                                                      uint64_t* bars) {
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int sq = w.sq;
-  if (lane == 0) {
-    SmemBarrier{bars}.arrive_expect_tx(2 * kKVBytes);
-    for (int c = 0; c < kPanels; ++c) {
-      const int32_t coords[4] = {c * kPanelCols, w.k_first + w.kv0, w.hk, w.map_b};
-      ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                        smem + kOffK + c * kKVPanelBytes, &params.tm_k, coords, bars);
-      ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                        smem + kOffV + c * kKVPanelBytes, &params.tm_v, coords, bars);
-    }
-  }
-  for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % kStages;
-    const uint32_t phase = (s / kStages) & 1;
-    const int h = w.hk * p.group + s / w.n_qb;
-    const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
-    const SmemBarrier full{bars + 1 + stage}, empty{bars + 1 + kStages + stage};
-    // The consumers released this stage (parity of the previous round; a fresh barrier's
-    // "previous phase" counts as complete).
-    empty.wait(phase ^ 1);
+  const int num_tiles = static_cast<int>(num_tiles_of(p));  // below 2^30 (can_implement)
+  int idx = static_cast<int>(blockIdx.x);
+  const auto draw = [&] {
+    const int drawn = lane == 0 ? atomicAdd(p.tile_counter, 1) : 0;
+    idx = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, drawn, 0);
+  };
+  uint32_t ring = 0;
+  for (int tile = 0;; ++tile) {
+    Steps w;
+    bool any = false;
+    while (idx < num_tiles && !(any = decode(p, idx, w))) draw();
+    if (!any) w.kv_block = -1;  // none left
+    // The slot's readers released its previous tile (a fresh barrier's "previous phase" counts
+    // as complete).
+    SmemBarrier{bars + kBarTileEmpty + (tile & 1)}.wait(((tile >> 1) & 1) ^ 1);
     if (lane == 0) {
-      full.expect_tx(2 * kQBytes);
-      for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, w.q_first + q0, h, w.map_b};
-        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                          smem + kOffQ + stage * kQBytes + c * kQPanelBytes, &params.tm_q,
-                                          coords, full.bar);
-        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-                                          smem + kOffDO + stage * kQBytes + c * kQPanelBytes, &params.tm_do,
-                                          coords, full.bar);
+      reinterpret_cast<Steps*>(smem + kOffWork + (tile & 1) * kWorkSlotBytes)[0] = w;
+      SmemBarrier{bars + kBarTileFull + (tile & 1)}.arrive();
+    }
+    if (!any) break;
+    const auto load_kv = [&] {
+      if (tile > 0) SmemBarrier{bars + kBarKvEmpty}.wait((tile - 1) & 1);  // the previous tile's K, V are free
+      if (lane != 0) return;
+      const SmemBarrier kv_full{bars + kBarKvFull};
+      if (w.steps == 0) {
+        kv_full.arrive();  // no step reads K or V: the phase completes with no bytes
+        return;
       }
-    }
-    float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
-    float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
-    const float* lse = p.lse + stat_row(p, w, h);
-    const float* dsum = p.dsum + stat_row(p, w, h);
+      kv_full.arrive_expect_tx(2 * kKVBytes);
+      for (int c = 0; c < kPanels; ++c) {
+        const int32_t coords[4] = {c * kPanelCols, w.k_first + w.kv0, w.hk, w.map_b};
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          smem + kOffK + c * kKVPanelBytes, &params.tm_k, coords, kv_full.bar);
+        ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                          smem + kOffV + c * kKVPanelBytes, &params.tm_v, coords, kv_full.bar);
+      }
+    };
+    const auto load_step = [&](int s) {
+      const int stage = static_cast<int>((ring + s) % kStages);
+      const uint32_t phase = ((ring + s) / kStages) & 1;
+      const int h = w.hk * p.group + s / w.n_qb;
+      const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
+      const SmemBarrier full{bars + kBarFull + stage}, empty{bars + kBarEmpty + stage};
+      // LSE and D of the step's rows, read before the wait for the stage (their latency runs
+      // under it): +inf and 0 past sq; a row with no visible key has LSE = −inf: +inf here, so
+      // that P = 0 there, never NaN.
+      const float* lse = p.lse + stat_row(p, w, h);
+      const float* dsum = p.dsum + stat_row(p, w, h);
+      float lse_r[kBlockM / 32], dsum_r[kBlockM / 32];
 #pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) {
-      const int r = lane + 32 * i;
-      const bool in = q0 + r < sq;
-      const float l = in ? lse[q0 + r] : -INFINITY;
-      // A row with no visible key has LSE = −inf: +inf here, so that P = 0, never NaN.
-      lse_s[r] = l == -INFINITY ? INFINITY : l * kLog2e;
-      dsum_s[r] = in ? dsum[q0 + r] : 0.f;
-    }
-    full.arrive();
+      for (int i = 0; i < kBlockM / 32; ++i) {
+        const int r = q0 + lane + 32 * i;
+        lse_r[i] = r < w.sq ? lse[r] : -INFINITY;
+        dsum_r[i] = r < w.sq ? dsum[r] : 0.f;
+      }
+      // The consumers released this stage (parity of the previous round; a fresh barrier's
+      // "previous phase" counts as complete).
+      empty.wait(phase ^ 1);
+      if (lane == 0) {
+        full.expect_tx(2 * kQBytes);
+        for (int c = 0; c < kPanels; ++c) {
+          const int32_t coords[4] = {c * kPanelCols, w.q_first + q0, h, w.map_b};
+          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                            smem + kOffQ + stage * kQBytes + c * kQPanelBytes, &params.tm_q,
+                                            coords, full.bar);
+          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                            smem + kOffDO + stage * kQBytes + c * kQPanelBytes, &params.tm_do,
+                                            coords, full.bar);
+        }
+      }
+      float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
+      float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
+#pragma unroll
+      for (int i = 0; i < kBlockM / 32; ++i) {
+        lse_s[lane + 32 * i] = lse_r[i] == -INFINITY ? INFINITY : lse_r[i] * kLog2e;
+        dsum_s[lane + 32 * i] = dsum_r[i];
+      }
+      full.arrive();
+    };
+    // The first step's stage comes free during the previous tile's last step, before its K and
+    // V do (at its end): that step's loads go first, then K and V (the CTA's first tile: K and
+    // V first), then the rest.
+    const int early = tile > 0 && w.steps > 0 ? 1 : 0;
+    for (int s = 0; s < early; ++s) load_step(s);
+    load_kv();
+    for (int s = early; s < w.steps; ++s) load_step(s);
+    ring += static_cast<uint32_t>(w.steps);
+    draw();
   }
 }
 
-// warp:: scope (warp 1 of the producer warpgroup). Per step: wait for the consumers' dQ tile
-// (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows past
-// sq are not written) from lane 0, and hand the tile back (dq_empty; split-D: release the
-// stage it was written into) once read. Deterministic mode: the tiles of one (query head,
+// warp:: scope (warp 1 of the producer warpgroup). Per tile, per step: wait for the consumers'
+// dQ tile (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows
+// past sq are not written) from lane 0, and hand the tile back (dq_empty, after every step:
+// the consumers take the last one as they leave; split-D: release the stage it was written
+// into) once read. Deterministic mode: the tiles of one (query head,
 // q block) are added in descending kv-block order; lane 0 waits for the counter of the higher
 // blocks (dq_turn), and releases it once its own addition is complete.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
-                                                                       uint64_t* bars, const Steps& w) {
+                                                                       uint64_t* bars) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % kStages;
-    const int h = w.hk * p.group + s / w.n_qb;
-    const int qb = w.qb_first + s % w.n_qb;
-    const int q0 = qb * kBlockM;
-    if constexpr (kSplitD) {
-      SmemBarrier{bars + 1 + 2 * kStages + stage}.wait((s / kStages) & 1);
-    } else {
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
-    }
-    int* lock = nullptr;
-    if (lane == 0) {
-      if (p.locks != nullptr) {
-        lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-        const int expected = dq_turn(p, w, q0);
-        while (ptx::ld_acquire_gpu(lock) < expected) {
+  uint32_t ring = 0;
+  for (int tile = 0;; ++tile) {
+    const Steps w = take_tile(smem, bars, tile);
+    if (w.kv_block < 0) break;
+    for (int s = 0; s < w.steps; ++s, ++ring) {
+      const int stage = static_cast<int>(ring % kStages);
+      const int h = w.hk * p.group + s / w.n_qb;
+      const int qb = w.qb_first + s % w.n_qb;
+      const int q0 = qb * kBlockM;
+      if constexpr (kSplitD) {
+        SmemBarrier{bars + kBarDqFull + stage}.wait((ring / kStages) & 1);
+      } else {
+        ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+      }
+      int* lock = nullptr;
+      if (lane == 0) {
+        if (p.locks != nullptr) {
+          lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+          const int expected = dq_turn(p, w, q0);
+          while (ptx::ld_acquire_gpu(lock) < expected) {
+          }
+          cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
         }
-        cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
+        for (int c = 0; c < kDqPanels; ++c) {
+          const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
+          cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
+                                          smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes));
+        }
+        cp::cp_async_bulk_commit_group();
+        cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
+        if (kSplitD) SmemBarrier{bars + kBarEmpty + stage}.arrive();  // the stage, to the producer
       }
-      for (int c = 0; c < kDqPanels; ++c) {
-        const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
-        cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
-                                        smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes));
+      __syncwarp();
+      if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+      // Deterministic mode: the next CTA in this q block's order may add once these additions are
+      // complete in global memory; the buffer went back to the consumers at their read already.
+      if (lock != nullptr) {
+        cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
+        cp::fence_proxy_async(cp::space_global);
+        ptx::red_release_add_gpu(lock, 1);
       }
-      cp::cp_async_bulk_commit_group();
-      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
-      if (kSplitD) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // the stage, to the producer
-    }
-    __syncwarp();
-    if (!kSplitD && s + 1 < w.steps)
-      ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-    // Deterministic mode: the next CTA in this q block's order may add once these additions are
-    // complete in global memory; the buffer went back to the consumers at their read already.
-    if (lock != nullptr) {
-      cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
-      cp::fence_proxy_async(cp::space_global);
-      ptx::red_release_add_gpu(lock, 1);
     }
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
@@ -462,12 +588,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv(c
   }
 }
 
-// The epilogue by TMA (params.dkdv_by_tma), warpgroup:: scope, both consumers: once every
-// consumer's GEMMs have landed (kv_free: the dQ and Sᵀ GEMMs read all of K, the dPᵀ ones all of
-// V), this warpgroup's dK·scale and dV (kv rows row0 .. + 63, columns col0 .. + 2kN) go as 16-bit
-// values over the same rows and columns of K and V (the TMA layout: 64-column panels, 128-byte
-// swizzle), and one thread stores them by TMA (rows past Sk and columns past D clipped by the
-// maps) and waits until they are read. Zeros where store_dkdv writes zeros.
+// The epilogue by TMA (params.dkdv_by_tma), warpgroup:: scope, both consumers, with the staging
+// area free (epilogue): this warpgroup's dK·scale and dV (kv rows row0 .. + 63, columns col0 ..
+// + 2kN) go as 16-bit values to the same rows and columns of K and V's layout at kOffDk, kOffDv (the
+// TMA layout: 64-column panels, 128-byte swizzle), and one thread stores them by TMA (rows past
+// Sk and columns past D clipped by the maps) and waits until they are read. Zeros where
+// store_dkdv writes zeros.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_tma(
@@ -479,11 +605,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_t
   const int first = col0 / kPanelCols;  // this warpgroup's first panel
   const int offset = first * kKVPanelBytes + row0 * kRowBytes;
   const bool none = w.steps == 0;
-  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
   const float dk_mul[2] = {p.scale, p.scale};
   const float dv_mul[2] = {1.f, 1.f};
-  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffK + offset, kKVPanelBytes, acc_dk, dk_mul, none);
-  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffV + offset, kKVPanelBytes, acc_dv, dv_mul, none && kSplitD);
+  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffDk + offset, kKVPanelBytes, acc_dk, dk_mul, none);
+  warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffDv + offset, kKVPanelBytes, acc_dv, dv_mul, none && kSplitD);
   // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
   cp::fence_proxy_async(cp::space_shared);
   ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dkdv_staged) + group, kWarpGroupThreads);
@@ -492,12 +617,37 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_t
     for (int c = 0; c < kCols / kPanelCols; ++c) {
       const int32_t coords[4] = {col0 + c * kPanelCols, w.kv0 + row0, w.hk, w.map_b};
       cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dk, coords,
-                               smem + kOffK + offset + c * kKVPanelBytes);
+                               smem + kOffDk + offset + c * kKVPanelBytes);
       cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dv, coords,
-                               smem + kOffV + offset + c * kKVPanelBytes);
+                               smem + kOffDv + offset + c * kKVPanelBytes);
     }
     cp::cp_async_bulk_commit_group();
     cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // shared memory stays until read
+  }
+}
+
+// The end of a tile, warpgroup:: scope, both consumers, once this warpgroup's last GEMMs have
+// landed. kv_free: every consumer's have, so K, V and the dS buffers have no reader left; one
+// thread hands K and V to the producer for the next tile (kv_empty) unless dK and dV are staged
+// over them (split-D). Then dK and dV leave: by TMA from kOffDk, kOffDv, the consumers meeting
+// again once both warpgroups' tiles are read (the next tile's dS goes there), or by plain stores.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int kN>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::epilogue(
+    const Params& params, uint32_t smem_base, char* smem, uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
+    const float (&acc_dv)[kN], int group, int row0, int col0) {
+  const bool tma = params.dkdv_by_tma != 0;
+  const bool lead = threadIdx.x == kWarpGroupThreads;  // the first consumer thread
+  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
+  if (lead && !(kSplitD && tma)) SmemBarrier{bars + kBarKvEmpty}.arrive();
+  if (tma) {
+    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, row0, col0);
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
+    if (lead && kSplitD) SmemBarrier{bars + kBarKvEmpty}.arrive();
+  } else {
+    const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+    // this thread's rows: row0 + 16·warp + g (+ 8), columns col0 + 8i + 2t (+ 1)
+    store_dkdv(params.prob, w, acc_dk, acc_dv, row0 + 16 * (tid / 32) + tid % 32 / 4, col0, tid % 4);
   }
 }
 
@@ -584,12 +734,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(const Params& params,
                                                                       uint32_t smem_base, char* smem,
-                                                                      uint64_t* bars, const Steps& w) {
+                                                                      uint64_t* bars, const Steps& w, int tile,
+                                                                      uint32_t ring) {
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
-  const int group = warp_uniform(static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1);
-  const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int tid = thread_index_per_tile();
+  const int group = warp_uniform(tid / kWarpGroupThreads - 1);
+  const int wtid = tid % kWarpGroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const int g = lane / 4;
@@ -610,19 +762,19 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
   // dQ slice of this warpgroup: q rows dq_m0 .. +63, columns dq_n0 .. + kDqN.
   const int dq_m0 = kDqSplitRows ? 64 * group : 0;
   const int dq_n0 = kDqSplitRows ? 0 : kDqN * group;
-  if (w.steps > 0) SmemBarrier{bars}.wait(0);
+  SmemBarrier{bars + kBarKvFull}.wait(tile & 1);
 
   // dSᵀ as A fragments: the dK GEMM of step s reads them until step s + 1 waits for it.
   uint32_t ds_frag[kKT][4];
   auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % kStages;
-    const uint32_t phase = (s / kStages) & 1;
+    const int stage = static_cast<int>((ring + s) % kStages);
+    const uint32_t phase = ((ring + s) / kStages) & 1;
     const int h = w.hk * p.group + s / w.n_qb;
     const int qb = w.qb_first + s % w.n_qb;
     const int q0 = qb * kBlockM;
-    const SmemBarrier full{bars + 1 + stage};
+    const SmemBarrier full{bars + kBarFull + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
@@ -658,7 +810,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       ptx::warpgroup_wait<2>();
       ptx::warpgroup_fence_operand(acc_dk);
       ptx::warpgroup_fence_operand(ds_flat);
-      if (s > 0 && lane == 0) SmemBarrier{bars + 1 + kStages + (s - 1) % kStages}.arrive();
+      if (s > 0 && lane == 0) SmemBarrier{bars + kBarEmpty + (ring + s - 1) % kStages}.arrive();
     }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
@@ -748,14 +900,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(acc_dk);
       ptx::warpgroup_fence_operand(ds_flat);
-      if (lane == 0) SmemBarrier{bars + 1 + kStages + stage}.arrive();  // Q, dO, LSE, D read
+      if (lane == 0) SmemBarrier{bars + kBarEmpty + stage}.arrive();  // Q, dO, LSE, D read
     }
 
     // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
     // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8. This
     // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 is a multiple of 32): chunk
     // 2(i % 4) + t / 2 becomes (2(i % 4)) ^ (t / 2 ^ g), a constant XORed into one register.
-    if (s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    if (ring + s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
     {
       const int swz = (t / 2) ^ g;
       char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +
@@ -772,15 +924,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
-  ptx::warpgroup_wait<0>();  // the last step's dK (its stage is never reused: no release)
+  ptx::warpgroup_wait<0>();  // the last step's dK
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
-
-  if (params.dkdv_by_tma != 0) {
-    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, 64 * group, 0);
-  } else {
-    store_dkdv(p, w, acc_dk, acc_dv, r0, 0, t);
-  }
+  if (kDkAcrossSteps && w.steps > 0 && lane == 0)
+    SmemBarrier{bars + kBarEmpty + (ring + w.steps - 1) % kStages}.arrive();  // its stage
+  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, group, 64 * group, 0);
 }
 
 // warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ
@@ -795,12 +944,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
-                                                                               uint64_t* bars, const Steps& w) {
+                                                                               uint64_t* bars, const Steps& w,
+                                                                               int tile, uint32_t ring) {
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
   const fa::Mask mask = p.mask;
-  const int group = warp_uniform(static_cast<int>(threadIdx.x) / kWarpGroupThreads - 1);
-  const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int tid = thread_index_per_tile();
+  const int group = warp_uniform(tid / kWarpGroupThreads - 1);
+  const int wtid = tid % kWarpGroupThreads;
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const int g = lane / 4;
@@ -819,13 +970,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
 
   const uint32_t k_base = smem_base + kOffK;
   const uint32_t v_base = smem_base + kOffV;
-  if (w.steps > 0) SmemBarrier{bars}.wait(0);
+  SmemBarrier{bars + kBarKvFull}.wait(tile & 1);
 
   for (int s = 0; s < w.steps; ++s) {
-    const int stage = s % kStages;
-    const uint32_t phase = (s / kStages) & 1;
+    const int stage = static_cast<int>((ring + s) % kStages);
+    const uint32_t phase = ((ring + s) / kStages) & 1;
     const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
-    const SmemBarrier full{bars + 1 + stage};
+    const SmemBarrier full{bars + kBarFull + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
@@ -941,17 +1092,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     }
     // Generic-proxy writes, read by the writer's bulk reductions (async proxy): fence, arrive.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    SmemBarrier{bars + 1 + 2 * kStages + stage}.arrive();
+    SmemBarrier{bars + kBarDqFull + stage}.arrive();
   }
   ptx::warpgroup_wait<0>();  // the last step's dV, dK
   ptx::warpgroup_fence_operand(acc_dv);
   ptx::warpgroup_fence_operand(acc_dk);
-
-  if (params.dkdv_by_tma != 0) {
-    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, 0, d0);
-  } else {
-    store_dkdv(p, w, acc_dk, acc_dv, r0, d0, t);
-  }
+  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, group, 0, d0);
 }
 
 }  // namespace fa::cuda::sm90

@@ -64,8 +64,8 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   if (p.head_dim <= kHeadDim - Kernel::kPanelCols || p.head_dim_v <= kHeadDim - Kernel::kPanelCols)
     return "sm90 backward: D and Dv must both exceed " + std::to_string(kHeadDim - Kernel::kPanelCols);
   if (Kernel::kSmemBytes > smem_optin) return "sm90 backward: not enough shared memory per block";
-  if (Kernel::num_ctas(p) > INT32_MAX)
-    return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^31 - 1 CTAs";
+  if (Kernel::num_tiles_of(p) > (int64_t{1} << 30))  // tile numbers drawn past the last stay in an int
+    return "batch · kv heads · ceil(seqlen_k / " + std::to_string(Kernel::kBlockN) + ") exceeds 2^30 tiles";
   // What the tensor maps need (bwd_launch encodes them).
   const MapExtents e = map_extents(p);
   std::string why = bshd_map_limits(p.q, e.batch, e.rows_q, p.heads_q, p.q_batch_stride, p.q_row_stride,
@@ -94,7 +94,7 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
   set_smem_limit_once<Kernel>(smem);
-  entry<<<Kernel::grid(full), Kernel::block(), smem, stream>>>(full);
+  entry<<<Kernel::grid(full, multiprocessor_count()), Kernel::block(), smem, stream>>>(full);
   check_launch("sm90 backward");
 }
 

@@ -18,8 +18,7 @@ namespace fa::cuda::sm90 {
 // Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
 // D 128, BM 64; at D 64, BM 128 ptxas serialises the wgmma for want of registers. Shared
 // memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + BM·D·4
-// (the fp32 dQ tile) + stages·BM·8, and at D 128 BN·D·2 more, where dV is staged for its TMA
-// store while the next tile's K and V load (BwdKernel::kOffDv). Shapes follow the FlashAttention-3 design (BN 128; BM 128
+// (the fp32 dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128; BM 128
 // at D 64, 64 at D 128). D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64,
 // the two warpgroups halve the head dim (BwdKernel::kSplitD).
 template <int kHeadDim>
@@ -30,7 +29,7 @@ struct BwdConfig<64> {  // 195 KiB (199,888 B with alignment, work slots and bar
   static constexpr bool kDkAcrossSteps = false;
 };
 template <>
-struct BwdConfig<128> {  // 226 KiB (231,632 B)
+struct BwdConfig<128> {  // 194 KiB (198,864 B)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = true;
 };

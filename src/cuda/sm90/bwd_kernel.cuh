@@ -122,16 +122,16 @@ struct BwdKernel {
   static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
   // The epilogue's dK and dV tiles (16-bit, K and V's layout; store_dkdv_tma): split-D over K and
-  // V (the next tile's K and V then load after them); else dK over the dS buffers, free once the
-  // tile's GEMMs landed, and dV after it where the buffers hold both (hdim 64) or in a region of
-  // its own (hdim 128): not over the dQ tile, which the writer may still be reading, nor K and V,
-  // so that the next tile's K and V load under the epilogue.
+  // V (the next tile's K and V then load after them); else not over K and V, so that the next
+  // tile's K and V load under the epilogue: dK over the dS buffers, free once the tile's GEMMs
+  // landed, and dV after it where the buffers hold both (hdim 64), else (kDvOverDq, hdim 128)
+  // over the dQ tile once the writer has read the tile's last one (the epilogue takes that
+  // dq_empty; a region of its own, 32 KiB more, measured the same).
   static constexpr bool kDvOverDS = !kSplitD && 2 * kKVBytes <= 2 * kDSBytes;
-  static constexpr int kOffDvStage = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
-  static constexpr int kDvStageBytes = kSplitD || kDvOverDS ? 0 : kKVBytes;
+  static constexpr bool kDvOverDq = !kSplitD && !kDvOverDS;
   static constexpr int kOffDk = kSplitD ? kOffK : kOffDS;
-  static constexpr int kOffDv = kSplitD ? kOffV : kDvOverDS ? kOffDS + kKVBytes : kOffDvStage;
-  static constexpr int kOffLse = kOffDvStage + kDvStageBytes;
+  static constexpr int kOffDv = kSplitD ? kOffV : kDvOverDS ? kOffDS + kKVBytes : kOffDQ;
+  static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
   // The producer's hand-over of a tile: two slots of 64 bytes (a Steps each), by tile parity.
   static constexpr int kWorkSlotBytes = 64;
@@ -385,8 +385,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
       }
       ring += static_cast<uint32_t>(w.steps);
     }
-    // The writer's hand-back of the last dQ tile (one a step, each taken before the next store).
-    if (!kSplitD && ring > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    // The writer's hand-back of the last dQ tile: one a step, each taken before the next store
+    // (kDvOverDq: before a tile's dV is staged over it, in the epilogue).
+    if (!kSplitD && !kDvOverDq && ring > 0)
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
 }
 
@@ -499,8 +501,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
 // warp:: scope (warp 1 of the producer warpgroup). Per tile, per step: wait for the consumers'
 // dQ tile (dq_full), add it into dQ_accum by one bulk tensor reduction per 32-column panel (rows
 // past sq are not written) from lane 0, and hand the tile back (dq_empty, after every step:
-// the consumers take the last one as they leave; split-D: release the stage it was written
-// into) once read. Deterministic mode: the tiles of one (query head,
+// the consumers take each before their next dQ store, a tile's last in its epilogue where dV
+// goes over the dQ tile, else as they leave; split-D: release the stage it was written into)
+// once read. Deterministic mode: the tiles of one (query head,
 // q block) are added in descending kv-block order; lane 0 waits for the counter of the higher
 // blocks (dq_turn), and releases it once its own addition is complete.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
@@ -630,7 +633,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_t
 // landed. kv_free: every consumer's have, so K, V and the dS buffers have no reader left; one
 // thread hands K and V to the producer for the next tile (kv_empty) unless dK and dV are staged
 // over them (split-D). Then dK and dV leave: by TMA from kOffDk, kOffDv, the consumers meeting
-// again once both warpgroups' tiles are read (the next tile's dS goes there), or by plain stores.
+// again once both warpgroups' tiles are read (the next tile's dS and dQ go there), or by plain
+// stores.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::epilogue(
@@ -640,6 +644,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::epilogue(
   const bool lead = threadIdx.x == kWarpGroupThreads;  // the first consumer thread
   ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
   if (lead && !(kSplitD && tma)) SmemBarrier{bars + kBarKvEmpty}.arrive();
+  // The writer read the tile's last dQ tile, which dV goes over (the next tile's first store then
+  // needs no wait).
+  if (kDvOverDq && w.steps > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   if (tma) {
     store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, row0, col0);
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
@@ -907,7 +914,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8. This
     // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 is a multiple of 32): chunk
     // 2(i % 4) + t / 2 becomes (2(i % 4)) ^ (t / 2 ^ g), a constant XORed into one register.
-    if (ring + s > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+    if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
     {
       const int swz = (t / 2) ^ g;
       char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +

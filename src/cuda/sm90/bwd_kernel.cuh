@@ -503,9 +503,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
 // past sq are not written) from lane 0, and hand the tile back (dq_empty, after every step:
 // the consumers take each before their next dQ store, a tile's last in its epilogue where dV
 // goes over the dQ tile, else as they leave; split-D: release the stage it was written into)
-// once read. Deterministic mode: the tiles of one (query head,
-// q block) are added in descending kv-block order; lane 0 waits for the counter of the higher
-// blocks (dq_turn), and releases it once its own addition is complete.
+// once read. Deterministic mode: the tiles of one (query head, q block) are added in descending
+// kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and releases it
+// once its own addition is complete.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
                                                                        uint64_t* bars) {

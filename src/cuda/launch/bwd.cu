@@ -41,7 +41,13 @@ const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps, const B
 
 size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// Workspace: dQ accumulator fp32 [Hq, rows_q, D] | D = rowsum(dO∘O) fp32 like LSE | the tile
+// Floats per dQ accumulator row: the head dim, padded to whole 32-column groups for a row whose
+// kernel pairs columns within them (BwdParams::dq_accum_paired).
+int64_t dq_pitch(const Problem& p, const BwdKernelRow& row) {
+  return row.dq_paired ? (p.head_dim + 31) / 32 * 32 : p.head_dim;
+}
+
+// Workspace: dQ accumulator fp32 [Hq, rows_q, pitch] (dq_pitch) | D = rowsum(dO∘O) fp32 like LSE | the tile
 // counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
 // blocks]. Each region 256-byte aligned.
 struct Layout {
@@ -53,7 +59,7 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   const size_t hq = static_cast<size_t>(p.heads_q);
   Layout l;
   l.dq_accum = 0;
-  l.dsum = align_up(l.dq_accum + hq * rows_q * static_cast<size_t>(p.head_dim) * sizeof(float));
+  l.dsum = align_up(l.dq_accum + hq * rows_q * static_cast<size_t>(dq_pitch(p, row)) * sizeof(float));
   l.tile_counter = align_up(l.dsum + hq * rows_q * sizeof(float));
   l.locks = align_up(l.tile_counter + sizeof(int));
   size_t lock_bytes = 0;
@@ -87,6 +93,8 @@ sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
   f.group = static_cast<int>(p.group());
   f.head_dim = static_cast<int>(p.head_dim);
   f.head_dim_v = static_cast<int>(p.head_dim_v);
+  f.dq_accum_pitch = static_cast<int>(dq_pitch(p, row));
+  f.dq_accum_paired = row.dq_paired ? 1 : 0;
   f.rows_q = p.varlen() ? p.total_q : p.batch * p.seqlen_q;
   f.scale = p.scale;
   if (p.softcap > 0.f) {

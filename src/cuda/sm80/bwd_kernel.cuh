@@ -93,6 +93,7 @@ struct BwdKernel {
       return "head dims " + std::to_string(p.head_dim) + "/" + std::to_string(p.head_dim_v) +
              " exceed the kernel's " + std::to_string(kHeadDim);
     if (num_ctas(p) > 0x7fffffff) return "too many (kv block, head, batch) tiles for one grid";
+    if (p.dq_accum_paired != 0 || p.dq_accum_pitch < p.head_dim) return "needs dQ_accum in column order";
     if (kSmemBytes > smem_optin)
       return "needs " + std::to_string(kSmemBytes) + " bytes of shared memory per block, the device allows " +
              std::to_string(smem_optin);
@@ -440,7 +441,7 @@ __device__ void BwdKernel<kHeadDim, kIsBf16, kDet, kCompact>::operator()(const B
     zero_acc(acc_dq);
     warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
     const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
-    float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.head_dim + dq_n + 2 * t4;
+    float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.dq_accum_pitch + dq_n + 2 * t4;
     // Rows and columns of the tile left from this lane's first pair: all of it on whole tiles.
     const bool whole = q0 + kBlockM <= sq && p.head_dim == kHeadDim;
     const int rows = whole ? kDqM : sq - q0 - dq_m - g, cols = whole ? kDqN : p.head_dim - dq_n - 2 * t4;

@@ -40,7 +40,14 @@ struct BwdParams {
   int head_dim_v;
 
   // Workspace (launch/bwd.cu lays it out):
-  float* dq_accum;  // fp32 [Hq, rows_q, head_dim]; rows_q = varlen ? total_q : B·Sq
+  float* dq_accum;  // fp32 [Hq, rows_q, dq_accum_pitch]; rows_q = varlen ? total_q : B·Sq
+  // Floats per dQ_accum row: head_dim, or (dq_accum_paired) head_dim rounded up to 32.
+  int dq_accum_pitch;
+  // 0: column c of a row at c. 1 (the sm90 backward): within each group of 32 columns, column
+  // 16J + 8h + 2t + e (J, h, e < 2, t < 4) at 8t + 4J + 2h + e, so that the thread of a wgmma
+  // accumulator holding columns 2t, 2t + 1 of two neighbouring n8 chunks stores them as one
+  // 16-byte vector; the postprocess puts the columns back in order.
+  int dq_accum_paired;
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
   int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
   int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed

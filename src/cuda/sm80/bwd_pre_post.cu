@@ -83,16 +83,19 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
     for (int off = lanes_per_row / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (!valid) continue;
     if (lane_in_row == 0) p.dsum[t.lse_index] = acc;
-    if (col < p.head_dim) {
-      float4* z = reinterpret_cast<float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.head_dim + col);
+    if (col < p.dq_accum_pitch) {
+      float4* z = reinterpret_cast<float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.dq_accum_pitch + col);
       z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
       z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
 }
 
-// dQ[row, h, :] = scale · dQ_accum[h, row, :], rounded to the storage type.
-template <bool kIsBf16>
+// dQ[row, h, :] = scale · dQ_accum[h, row, :], rounded to the storage type; kPaired: the
+// accumulator's columns in the paired order (BwdParams::dq_accum_paired), this lane's 8 columns
+// 16J + 8h + 2t + e of a 32-column group read as 4 float2 from 8t + 4J + 2h (the 4 lanes of a
+// group read its 128 bytes together).
+template <bool kIsBf16, bool kPaired>
 __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_constant__ sm80::BwdParams p,
                                                                int lanes_per_row) {
   using T = typename Storage<kIsBf16>::type;
@@ -104,9 +107,19 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
   for (int64_t task = int64_t(blockIdx.x) * rows_per_block + threadIdx.x / lanes_per_row;
        task < tasks; task += int64_t(gridDim.x) * rows_per_block) {
     const RowTask t = row_task(p, task);
-    const float4* a =
-        reinterpret_cast<const float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.head_dim + col);
-    const float4 x = a[0], y = a[1];
+    const float* row = p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.dq_accum_pitch;
+    float4 x, y;
+    if constexpr (kPaired) {
+      const float* g = row + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
+      const float2 a0 = *reinterpret_cast<const float2*>(g), a1 = *reinterpret_cast<const float2*>(g + 8);
+      const float2 a2 = *reinterpret_cast<const float2*>(g + 16), a3 = *reinterpret_cast<const float2*>(g + 24);
+      x = make_float4(a0.x, a0.y, a1.x, a1.y);
+      y = make_float4(a2.x, a2.y, a3.x, a3.y);
+    } else {
+      const float4* a = reinterpret_cast<const float4*>(row + col);
+      x = a[0];
+      y = a[1];
+    }
     uint4 out;
     out.x = pack2<kIsBf16>(x.x * p.scale, x.y * p.scale);
     out.y = pack2<kIsBf16>(x.z * p.scale, x.w * p.scale);
@@ -135,7 +148,7 @@ unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
 }  // namespace
 
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
-  const int dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  const int dim = p.dq_accum_pitch > p.head_dim_v ? p.dq_accum_pitch : p.head_dim_v;  // pitch >= head_dim
   const int lanes = lanes_per_row(dim);
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
@@ -150,10 +163,9 @@ void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim);
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
-  if (bf16)
-    bwd_post_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
-  else
-    bwd_post_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  const auto kernel = p.dq_accum_paired != 0 ? (bf16 ? &bwd_post_kernel<true, true> : &bwd_post_kernel<false, true>)
+                                             : (bf16 ? &bwd_post_kernel<true, false> : &bwd_post_kernel<false, false>);
+  kernel<<<blocks, kRowThreads, 0, stream>>>(p, lanes);
   check_launch("bwd_post_kernel");
 }
 

@@ -275,13 +275,34 @@ struct BwdKernel {
   __device__ __forceinline__ static void epilogue(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
                                                   const float (&acc_dv)[kN], int group, int row0, int col0);
+  // warp:: scope. A warp's 16 rows of an m64 x kN fp32 accumulator (this thread: rows g, g + 8
+  // from `row`, columns 8i + 2t (+1)) into 32-column panels of 128-byte rows, `panel_bytes`
+  // apart, 16-byte chunks swizzled by row % 8 (= g), in the paired column order of dQ_accum
+  // (BwdParams::dq_accum_paired): chunk 2t + J of a panel row holds columns 2t, 2t + 1 of its n8
+  // chunks 2J and 2J + 1, one 16-byte store (8 a warp row, 4 wavefronts: row g's chunks and row
+  // g ^ 1's are of opposite parity, so a quarter warp covers the 32 banks once).
+  template <int kN>
+  __device__ __forceinline__ static void store_dq_paired(char* row, int panel_bytes, const float (&acc)[kN / 2],
+                                                         int g, int t) {
+#pragma unroll
+    for (int c = 0; c < kN / kDqPanelCols; ++c) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int i = 4 * c + 2 * j;  // n8 chunks i, i + 1
+        char* dst = row + c * panel_bytes + (((2 * t + j) ^ g) << 4);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          *reinterpret_cast<float4*>(dst + 8 * hh * kRowBytes) =
+              make_float4(acc[4 * i + 2 * hh], acc[4 * i + 2 * hh + 1], acc[4 * i + 4 + 2 * hh], acc[4 * i + 5 + 2 * hh]);
+      }
+    }
+  }
   // The first kLsePre LSE pairs of a thread's columns, read by the caller before it waits for Sᵀ so
   // that their shared-memory latency runs under the GEMM (read after the wait, the first
-  // exponentials stalled on them: ~6% of the consumers' stall samples at hdim 128). None with
-  // 128-row q blocks (hdim 64): the registers are not there (the loop then spills).
-  static constexpr int kLsePre = kBlockM > 64 ? 0 : 2;
-  static constexpr int kLsePreSlots = kLsePre > 0 ? kLsePre : 1;
-  __device__ __forceinline__ static void read_lse_pre(const float* lse_s, int col0, float2 (&pre)[kLsePreSlots]) {
+  // exponentials stalled on them: ~6% of the consumers' stall samples at hdim 128; at hdim 64,
+  // with 128-row q blocks, +0.5..2.5%).
+  static constexpr int kLsePre = 2;
+  __device__ __forceinline__ static void read_lse_pre(const float* lse_s, int col0, float2 (&pre)[kLsePre]) {
     const int t = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
     for (int i = 0; i < kLsePre; ++i) pre[i] = *reinterpret_cast<const float2*>(lse_s + col0 + 8 * i + 2 * t);
@@ -289,7 +310,7 @@ struct BwdKernel {
   template <int kN>
   __device__ __forceinline__ static void probs_and_grads(const sm80::BwdParams& p, const Steps& w, float (&st)[kN],
                                                          float (&dpt)[kN], const float* lse_s,
-                                                         const float2 (&lse_pre)[kLsePreSlots], const float* dsum_s,
+                                                         const float2 (&lse_pre)[kLsePre], const float* dsum_s,
                                                          int q0, int col0, int kv, bool full_tile);
   __device__ __forceinline__ static void consumer(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w, int tile, uint32_t ring);
@@ -667,7 +688,7 @@ template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
-    const float2 (&lse_pre)[kLsePreSlots], const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
+    const float2 (&lse_pre)[kLsePre], const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   static_assert(kN / 4 >= kLsePre, "prefetched LSE pairs");
   const int t = static_cast<int>(threadIdx.x) % 4;
   // Tiles not wholly visible: `value` into the entries outside the rows that see each of this
@@ -809,7 +830,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     }
     ptx::warpgroup_commit();
     const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
-    float2 lse_pre[kLsePreSlots];
+    float2 lse_pre[kLsePre];
     read_lse_pre(lse_s, 0, lse_pre);
     if constexpr (kDkAcrossSteps) {
       // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
@@ -911,23 +932,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     }
 
     // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
-    // it has read the previous one. Rows of 32 floats, 16-byte chunks swizzled by row % 8. This
-    // thread's rows are ≡ g (mod 8) and its columns 8i + 2t (dq_n0 is a multiple of 32): chunk
-    // 2(i % 4) + t / 2 becomes (2(i % 4)) ^ (t / 2 ^ g), a constant XORed into one register.
+    // it has read the previous one: 32-column panels in the accumulator's paired order
+    // (store_dq_paired).
     if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
       ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-    {
-      const int swz = (t / 2) ^ g;
-      char* dq_row = smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes +
-                     (t % 2) * 8;
-#pragma unroll
-      for (int i = 0; i < kDqN / 8; ++i) {
-        char* dst = dq_row + (i / 4) * kDqPanelBytes + ((swz ^ (2 * (i % 4))) << 4);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-          *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) = make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
-      }
-    }
+    store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
+                          kDqPanelBytes, acc_dq, g, t);
     // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
@@ -1012,7 +1022,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     }
     ptx::warpgroup_commit();
     const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
-    float2 lse_pre[kLsePreSlots];
+    float2 lse_pre[kLsePre];
     read_lse_pre(lse_s, qh0, lse_pre);
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials
     ptx::warpgroup_fence_operand(st);
@@ -1087,17 +1097,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_spl
     ptx::warpgroup_fence_operand(acc_dq);
     ptx::warpgroup_fence_operand(acc_dv);
     ptx::warpgroup_fence_operand(acc_dk);
-    {
-      const int swz = (t / 2) ^ g;
-      char* rows = smem + (16 * warp + g) * kRowBytes + (t % 2) * 8;
+    // Panels 4·group .. + 3 at dq_panel_offset: consecutive Q and dO panels, not evenly spaced,
+    // so one panel at a time.
 #pragma unroll
-      for (int i = 0; i < kHalfDT; ++i) {
-        char* dst = rows + dq_panel_offset(stage, 4 * group + i / 4) + ((swz ^ (2 * (i % 4))) << 4);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-          *reinterpret_cast<float2*>(dst + 8 * hh * kRowBytes) = make_float2(acc_dq[4 * i + 2 * hh], acc_dq[4 * i + 2 * hh + 1]);
-      }
-    }
+    for (int c = 0; c < kHalfD / kDqPanelCols; ++c)
+      store_dq_paired<kDqPanelCols>(smem + dq_panel_offset(stage, 4 * group + c) + (16 * warp + g) * kRowBytes, 0,
+                                    reinterpret_cast<const float(&)[kDqPanelCols / 2]>(acc_dq[kDqPanelCols / 2 * c]), g,
+                                    t);
     // Generic-proxy writes, read by the writer's bulk reductions (async proxy): fence, arrive.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     SmemBarrier{bars + kBarDqFull + stage}.arrive();

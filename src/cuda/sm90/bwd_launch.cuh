@@ -36,7 +36,8 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
     why = encode_bshd_map(&out->tm_v, kIsBf16, p.v, e.batch, e.rows_k, p.heads_kv, p.head_dim_v,
                           p.v_batch_stride, p.v_row_stride, p.v_head_stride, Kernel::kBlockN);
   if (why.empty())
-    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, e.batch, e.rows_q, p.heads_q, p.head_dim, Kernel::kBlockM);
+    why = encode_dq_accum_map(&out->tm_dq, p.dq_accum, e.batch, e.rows_q, p.heads_q, p.dq_accum_pitch,
+                              Kernel::kBlockM);
   // dK and dV by TMA stores where their layout allows it; otherwise plain stores, never a
   // refusal. Varlen keeps the plain stores (a box past a packed sequence would write into the
   // next one). FLASHATTN_SM90_DKDV_STORE=plain forces them (to compare the two epilogues in one
@@ -77,9 +78,11 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
     why = bshd_map_limits(p.k, e.batch, e.rows_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   if (why.empty())
     why = bshd_map_limits(p.v, e.batch, e.rows_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  // The dQ accumulator's map: rows of head_dim floats (16-byte multiples, as head_dim % 8 == 0),
-  // one head of the accumulator below 2^40 bytes.
-  if (why.empty() && p.rows_q * p.head_dim * 4 >= (int64_t{1} << 40))
+  // The dQ accumulator: the paired column layout (the consumers' 16-byte stores), rows of whole
+  // 32-column groups; one head of it below 2^40 bytes (its map).
+  if (why.empty() && (p.dq_accum_paired == 0 || p.dq_accum_pitch % 32 != 0 || p.dq_accum_pitch < p.head_dim))
+    why = "sm90 backward: the dQ accumulator must be laid out in paired 32-column groups";
+  if (why.empty() && p.rows_q * p.dq_accum_pitch * 4 >= (int64_t{1} << 40))
     why = "sm90 backward: one head of the dQ accumulator must be below 2^40 bytes";
   if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
   return why;

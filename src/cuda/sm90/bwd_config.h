@@ -12,7 +12,8 @@
 namespace fa::cuda::sm90 {
 
 // Per head dim: kv rows per CTA (64 per consumer warpgroup, stationary), query rows per streamed
-// step, Q/dO stages, and whether a step's dK GEMM runs on into the next step. Registers per
+// step, Q/dO stages, whether a step's dK GEMM runs on into the next step, and whether the dQ
+// tile is handed to the writer in the next step (BwdKernel::kDqArriveLate). Registers per
 // consumer thread (240 after setmaxnreg) hold dK and dV (2·kHeadDim/2 fp32) plus Sᵀ and dPᵀ
 // (2·kBlockM/2) for the warpgroup's 64 kv rows; the dQ tile (64 x 64, 32 fp32) comes after
 // Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
@@ -27,17 +28,20 @@ template <>
 struct BwdConfig<64> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
+  static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
 };
 template <>
 struct BwdConfig<128> {  // 194 KiB (198,864 B)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = true;
+  static constexpr bool kDqArriveLate = false;
 };
 
 template <>
 struct BwdConfig<256> {  // 226 KiB (231,648 B)
   static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
+  static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
 };
 
 template <int kHeadDim>

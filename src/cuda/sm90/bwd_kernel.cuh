@@ -72,6 +72,10 @@ struct BwdKernel {
   // there), else it is waited at the end of step s (when Sᵀ, dPᵀ and the dSᵀ fragments do not
   // fit beside dK and dV in the registers).
   static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
+  // The dQ tile's proxy fence and dq_full arrival come in the next step, once its Sᵀ has landed
+  // (the stores are complete by then, so the fence does not wait for them), else right after
+  // the stores (BwdConfig).
+  static constexpr bool kDqArriveLate = BwdConfig<kHeadDim_>::kDqArriveLate;
   // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
   // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
   // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs.
@@ -252,6 +256,12 @@ struct BwdKernel {
   __device__ __forceinline__ static int dq_turn(const sm80::BwdParams& p, const Steps& w, int q0) {
     const int q_last = min(q0 + kBlockM, w.sq) - 1;
     return static_cast<int>((p.mask.key_end(q_last, w.sq, w.sk) - 1) / kBlockN) - w.kv_block;
+  }
+  // warpgroup:: scope. The dQ tile this thread stored is complete: generic-proxy writes, read by
+  // the bulk reduction (async proxy), so the fence comes before the arrival.
+  __device__ __forceinline__ static void dq_tile_ready() {
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
   // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, D].
   __device__ __forceinline__ static int64_t dq_row(const sm80::BwdParams& p, const Steps& w, int h) {
@@ -842,6 +852,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
+    if (kDqArriveLate && s > 0) dq_tile_ready();  // the previous step's, its stores long done
 
     const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
@@ -938,10 +949,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
     store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
                           kDqPanelBytes, acc_dq, g, t);
-    // Generic-proxy writes, read by the bulk reduction (async proxy): fence before the barrier.
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
+    if (!kDqArriveLate) dq_tile_ready();
   }
+  if (kDqArriveLate && w.steps > 0) dq_tile_ready();  // the last step's
   ptx::warpgroup_wait<0>();  // the last step's dK
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);

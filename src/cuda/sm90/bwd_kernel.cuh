@@ -263,7 +263,7 @@ struct BwdKernel {
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
-  // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, D].
+  // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, dq_accum_pitch].
   __device__ __forceinline__ static int64_t dq_row(const sm80::BwdParams& p, const Steps& w, int h) {
     return int64_t(h) * p.rows_q + (p.cu_seqlens_q != nullptr ? w.q_first : int64_t(w.b) * w.sq);
   }

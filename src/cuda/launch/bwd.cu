@@ -47,8 +47,8 @@ int64_t dq_pitch(const Problem& p, const BwdKernelRow& row) {
   return row.dq_paired ? (p.head_dim + 31) / 32 * 32 : p.head_dim;
 }
 
-// Workspace: dQ accumulator fp32 [Hq, rows_q, pitch] (dq_pitch) | D = rowsum(dO∘O) fp32 like LSE | the tile
-// counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
+// Workspace: dQ accumulator fp32 [Hq, rows_q, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | the
+// tile counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
 // blocks]. Each region 256-byte aligned.
 struct Layout {
   size_t dq_accum = 0, dsum = 0, tile_counter = 0, locks = 0, total = 0;

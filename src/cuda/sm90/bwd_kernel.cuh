@@ -302,8 +302,8 @@ struct BwdKernel {
         char* dst = row + c * panel_bytes + (((2 * t + j) ^ g) << 4);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-          *reinterpret_cast<float4*>(dst + 8 * hh * kRowBytes) =
-              make_float4(acc[4 * i + 2 * hh], acc[4 * i + 2 * hh + 1], acc[4 * i + 4 + 2 * hh], acc[4 * i + 5 + 2 * hh]);
+          *reinterpret_cast<float4*>(dst + 8 * hh * kRowBytes) = make_float4(
+              acc[4 * i + 2 * hh], acc[4 * i + 2 * hh + 1], acc[4 * i + 4 + 2 * hh], acc[4 * i + 5 + 2 * hh]);
       }
     }
   }

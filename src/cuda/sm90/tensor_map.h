@@ -44,9 +44,6 @@ MapExtents map_extents(const Prob& p) {
   return {p.batch, p.seqlen_q, p.seqlen_k};
 }
 
-// What TMA needs of one strided [batch, row, head, dim] 16-bit tensor (strides in elements):
-// a 16-byte aligned base and strides that are positive multiples of 16 bytes below 2^40. A
-// stride of an extent-1 dimension is never followed and is not checked. Empty string if met.
 // True when the environment variable `name` is "plain": the switch that sends a kernel's TMA-store
 // epilogue back to plain stores (FLASHATTN_SM90_O_STORE, FLASHATTN_SM90_DKDV_STORE), for
 // comparing the two in one process.
@@ -55,6 +52,9 @@ inline bool plain_stores_forced(const char* name) {
   return v != nullptr && std::string(v) == "plain";
 }
 
+// What TMA needs of one strided [batch, row, head, dim] 16-bit tensor (strides in elements):
+// a 16-byte aligned base and strides that are positive multiples of 16 bytes below 2^40. A
+// stride of an extent-1 dimension is never followed and is not checked. Empty string if met.
 inline std::string bshd_map_limits(const void* base, int64_t batch, int64_t rows, int64_t heads,
                                    int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs 16-byte aligned base pointers";

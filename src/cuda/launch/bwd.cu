@@ -41,13 +41,19 @@ const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps, const B
 
 size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// Floats per dQ accumulator row: the head dim, padded to whole 32-column groups for a row whose
-// kernel pairs columns within them (BwdParams::dq_accum_paired).
+// Floats per dQ accumulator row: the head dim, padded to whole 32-column groups (the paired
+// layout), or the kernel's compiled head dim (tiled: every tile whole).
 int64_t dq_pitch(const Problem& p, const BwdKernelRow& row) {
-  return row.dq_paired ? (p.head_dim + 31) / 32 * 32 : p.head_dim;
+  return row.dq_layout == sm80::DqAccumLayout::kPaired ? (p.head_dim + 31) / 32 * 32 : row.head_dim;
 }
 
-// Workspace: dQ accumulator fp32 [Hq, rows_q, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | the
+// Rows of a head in the dQ accumulator: the tiled layout pads every sequence by a q block.
+int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
+  const int64_t rows_q = p.varlen() ? p.total_q : p.batch * p.seqlen_q;
+  return row.dq_layout == sm80::DqAccumLayout::kTiled ? rows_q + p.batch * row.block_m : rows_q;
+}
+
+// Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | the
 // tile counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
 // blocks]. Each region 256-byte aligned.
 struct Layout {
@@ -59,7 +65,7 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   const size_t hq = static_cast<size_t>(p.heads_q);
   Layout l;
   l.dq_accum = 0;
-  l.dsum = align_up(l.dq_accum + hq * rows_q * static_cast<size_t>(dq_pitch(p, row)) * sizeof(float));
+  l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
   l.tile_counter = align_up(l.dsum + hq * rows_q * sizeof(float));
   l.locks = align_up(l.tile_counter + sizeof(int));
   size_t lock_bytes = 0;
@@ -93,8 +99,11 @@ sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
   f.group = static_cast<int>(p.group());
   f.head_dim = static_cast<int>(p.head_dim);
   f.head_dim_v = static_cast<int>(p.head_dim_v);
+  f.dq_accum_rows = dq_rows(p, row);
   f.dq_accum_pitch = static_cast<int>(dq_pitch(p, row));
-  f.dq_accum_paired = row.dq_paired ? 1 : 0;
+  f.dq_accum_layout = row.dq_layout;
+  f.dq_tile_rows = row.block_m;
+  f.dq_tile_warps_m = row.dq_warps_m;
   f.rows_q = p.varlen() ? p.total_q : p.batch * p.seqlen_q;
   f.scale = p.scale;
   if (p.softcap > 0.f) {

@@ -105,7 +105,8 @@ struct BwdKernelRow {
   int head_dim;  // serves D, Dv <= head_dim
   int block_n;   // kv rows per CTA (sizes BwdParams::num_kv_blocks)
   int block_m;   // q rows per inner step (sizes BwdParams::num_q_blocks)
-  bool dq_paired;  // its dQ accumulator in the paired column layout (BwdParams::dq_accum_paired)
+  sm80::DqAccumLayout dq_layout;  // how its main kernel adds into the dQ accumulator
+  int dq_warps_m;                 // kTiled: the q-side warps of its dQ warp grid (sm80/dq_tile.h)
   const char* declines;  // what may_decline rows hand on to the next row ("" for nothing)
   std::string (*can_implement)(const sm80::BwdParams&, int smem_optin);
   void (*launch)(const sm80::BwdParams&, cudaStream_t);
@@ -113,22 +114,24 @@ struct BwdKernelRow {
 
 // sm80 rows: full-size tiles (they decline for shared memory, and the compact rows after every
 // other row serve that) or compact ones (C true, family "sm80_compact", the last word).
-#define FA_SM80_BWD_ROWS_OF(D, C, family, declines)                                                \
-  BwdKernelRow{family, 80, 1000, !C, Dtype::bf16, D, sm80::kBwdBlockN<D, C>, sm80::kBwdBlockM<D, C>, \
-               false, declines, &sm80::bwd_can_implement<D, true, C>, &sm80::bwd_launch<D, true, C>}, \
-      BwdKernelRow{family, 80, 1000, !C, Dtype::f16, D, sm80::kBwdBlockN<D, C>,                      \
-                   sm80::kBwdBlockM<D, C>, false, declines, &sm80::bwd_can_implement<D, false, C>,   \
-                   &sm80::bwd_launch<D, false, C>},
+#define FA_SM80_BWD_ROWS_OF(D, C, family, declines)                                                 \
+  BwdKernelRow{family, 80, 1000, !C, Dtype::bf16, D, sm80::kBwdBlockN<D, C>, sm80::kBwdBlockM<D, C>,  \
+               sm80::DqAccumLayout::kTiled, sm80::kBwdDqWarpsM<D, C>, declines,                       \
+               &sm80::bwd_can_implement<D, true, C>, &sm80::bwd_launch<D, true, C>},                  \
+      BwdKernelRow{family, 80, 1000, !C, Dtype::f16, D, sm80::kBwdBlockN<D, C>,                       \
+                   sm80::kBwdBlockM<D, C>, sm80::DqAccumLayout::kTiled, sm80::kBwdDqWarpsM<D, C>,     \
+                   declines, &sm80::bwd_can_implement<D, false, C>, &sm80::bwd_launch<D, false, C>},
 #define FA_SM80_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, false, "sm80", kSm80Declines)
 #define FA_SM80C_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, true, "sm80_compact", "")
 
 // Hopper rows (FA_SM90_BWD builds, head dims 64, 128 and 256): they decline what they do not run
 // (varlen, TMA-incompatible strides, ...), which then goes to the sm80 rows.
 #define FA_SM90_BWD_ROWS(D)                                                                    \
-  BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>, true, \
-               kSm90BwdDeclines, &sm90::bwd_can_implement<D, true>, &sm90::bwd_launch<D, true>},       \
-      BwdKernelRow{"sm90", 90, 90, true, Dtype::f16, D, sm90::kBwdBlockN<D>,                         \
-                   sm90::kBwdBlockM<D>, true, kSm90BwdDeclines, &sm90::bwd_can_implement<D, false>,  \
+  BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>,        \
+               sm80::DqAccumLayout::kPaired, 0, kSm90BwdDeclines, &sm90::bwd_can_implement<D, true>,  \
+               &sm90::bwd_launch<D, true>},                                                          \
+      BwdKernelRow{"sm90", 90, 90, true, Dtype::f16, D, sm90::kBwdBlockN<D>, sm90::kBwdBlockM<D>,     \
+                   sm80::DqAccumLayout::kPaired, 0, kSm90BwdDeclines, &sm90::bwd_can_implement<D, false>, \
                    &sm90::bwd_launch<D, false>},
 
 // Backward rows (main kernel; pre/post are shared), ascending head dim within each family;
@@ -163,7 +166,8 @@ inline const BwdKernelRow kBwdKernels[] = {
 #if defined(FA_CUDA_HDIM_256)
     FA_SM80C_BWD_ROWS(256)
 #endif
-    BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, false, nullptr, nullptr, nullptr}  // end marker
+    BwdKernelRow{nullptr, 0, 0, false, Dtype::f32, 0, 0, 0, sm80::DqAccumLayout::kTiled, 0, nullptr, nullptr,
+                 nullptr}  // end marker
 };
 
 }  // namespace fa::cuda

@@ -50,6 +50,8 @@ template <int kHeadDim, bool kCompact = false>
 inline constexpr int kBwdBlockN = BwdConfig<kHeadDim, kCompact>::kBlockN;
 template <int kHeadDim, bool kCompact = false>
 inline constexpr int kBwdBlockM = BwdConfig<kHeadDim, kCompact>::kBlockM;
+template <int kHeadDim, bool kCompact = false>
+inline constexpr int kBwdDqWarpsM = BwdConfig<kHeadDim, kCompact>::kDqWarpsM;
 
 // Empty string when the main kernel can run p on a device with smem_optin bytes per block.
 template <int kHeadDim, bool kIsBf16, bool kCompact = false>

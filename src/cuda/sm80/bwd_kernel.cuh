@@ -18,6 +18,7 @@
 #include "cuda/ptx/red.cuh"
 #include "cuda/sm80/bwd_config.h"
 #include "cuda/sm80/bwd_params.h"
+#include "cuda/sm80/dq_tile.h"
 
 namespace fa::cuda::sm80 {
 
@@ -58,6 +59,11 @@ struct BwdKernel {
   static_assert(kSdpM % 16 == 0 && kDkvM % 16 == 0 && kDqM % 16 == 0, "whole m16 tiles per warp");
   static_assert(kSdpN % 16 == 0 && kDkvN % 16 == 0 && kDqN % 16 == 0, "whole n16 pairs per warp");
   static_assert(kBlockM >= 64 && kBlockN >= 64 && kHeadDim >= 64, "the swizzle needs 64 columns");
+  // Float offset of (r, c) in dQ_accum's tile of one q block (sm80/dq_tile.h: this kernel's dQ
+  // warp grid).
+  static __device__ __forceinline__ int dq_tile_offset(int r, int c) {
+    return DqTile{kBlockM, kHeadDim, kDqWarpsM}.offset(r, c);
+  }
 
   // Shared memory (bytes): K, V [kBlockN, kHeadDim]; Q, dO [kBlockM, kHeadDim] x kQStages;
   // P, dS [kBlockM, kBlockN]; LSE and D [kBlockM] x kQStages. Rows are 16-byte-chunk swizzled
@@ -93,7 +99,9 @@ struct BwdKernel {
       return "head dims " + std::to_string(p.head_dim) + "/" + std::to_string(p.head_dim_v) +
              " exceed the kernel's " + std::to_string(kHeadDim);
     if (num_ctas(p) > 0x7fffffff) return "too many (kv block, head, batch) tiles for one grid";
-    if (p.dq_accum_paired != 0 || p.dq_accum_pitch < p.head_dim) return "needs dQ_accum in column order";
+    if (p.dq_accum_layout != DqAccumLayout::kTiled || p.dq_tile_rows != kBlockM || p.dq_tile_warps_m != kDqWarpsM ||
+        p.dq_accum_pitch != kHeadDim)
+      return "needs dQ_accum in its tiles of " + std::to_string(kBlockM) + " x " + std::to_string(kHeadDim);
     if (kSmemBytes > smem_optin)
       return "needs " + std::to_string(kSmemBytes) + " bytes of shared memory per block, the device allows " +
              std::to_string(smem_optin);
@@ -308,6 +316,8 @@ __device__ void BwdKernel<kHeadDim, kIsBf16, kDet, kCompact>::operator()(const B
   // This lane's first P/dS pair (row sdp_m + g, column sdp_n + 2·t4); block_addr steps it by
   // whole 8-row groups and 8-column chunks (chunk bits disjoint from sdp_n's, as above).
   const uint32_t st_pds = sP + swz<kBlockN>(sdp_m + g, sdp_n) + t4 * 4;
+  // First row of this sequence's dQ_accum tiles in a head's rows (BwdParams::dq_accum_layout).
+  const int64_t dq_row0 = (p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q) + int64_t(b) * kBlockM;
   float acc_dk[kDkvM / 16][kDkvN / 8][4], acc_dv[kDkvM / 16][kDkvN / 8][4];
   zero_acc(acc_dk);
   zero_acc(acc_dv);
@@ -440,19 +450,19 @@ __device__ void BwdKernel<kHeadDim, kIsBf16, kDet, kCompact>::operator()(const B
     float acc_dq[kDqM / 16][kDqN / 8][4];
     zero_acc(acc_dq);
     warp_gemm<kDqM, kDqN, kBlockN, kBlockN, false, kHeadDim, true>(acc_dq, a_dq, b_dq);
-    const int64_t row_base = p.cu_seqlens_q != nullptr ? seq.q_start : int64_t(b) * p.seqlen_q;
-    float* dq = p.dq_accum + (int64_t(h) * p.rows_q + row_base + q0 + dq_m + g) * p.dq_accum_pitch + dq_n + 2 * t4;
-    // Rows and columns of the tile left from this lane's first pair: all of it on whole tiles.
-    const bool whole = q0 + kBlockM <= sq && p.head_dim == kHeadDim;
-    const int rows = whole ? kDqM : sq - q0 - dq_m - g, cols = whole ? kDqN : p.head_dim - dq_n - 2 * t4;
+    // This lane's pair i of the q block's dQ_accum tile is at dq + 64·i. The whole tile is there
+    // (rows past the sequence and columns past head_dim add zeros).
+    float* const dq = p.dq_accum + (int64_t(h) * p.dq_accum_rows + dq_row0 + q0) * kHeadDim +
+                      dq_tile_offset(dq_m + g, dq_n + 2 * t4);
     constexpr int kReds = kDqM / 16 * 2 * (kDqN / 8), kSteps = kBlockM / 16;  // pairs; dK's k-steps
     auto red_slice = [&](int ks) {
 #pragma unroll
       for (int i = 0; i < kReds; ++i) {
         if (i * kSteps / kReds != ks) continue;  // pair i goes out after k-step i·kSteps / kReds
         const int mi = i / (2 * (kDqN / 8)), hi = i / (kDqN / 8) % 2, nt = i % (kDqN / 8);
-        ptx::red_add_f32x2_if(mi * 16 + hi * 8 < rows && nt * 8 < cols, dq + (mi * 16 + hi * 8) * p.head_dim + nt * 8,
-                              acc_dq[mi][nt][2 * hi], acc_dq[mi][nt][2 * hi + 1]);
+        // q0 < sq always holds; in the predicated form ptxas keeps the adds where they are issued
+        // (unpredicated, it gathers them and spills: 164 bytes at hdim 256, docs/PERF.md).
+        ptx::red_add_f32x2_if(q0 < sq, dq + 64 * i, acc_dq[mi][nt][2 * hi], acc_dq[mi][nt][2 * hi + 1]);
       }
     };
     warp_gemm<kDkvM, kDkvN, kBlockM, kBlockN, true, kHeadDim, true>(acc_dk, a_dkv + (kOffDS - kOffP), b_dkv + q_stage,

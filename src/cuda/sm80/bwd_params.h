@@ -9,6 +9,19 @@
 
 namespace fa::cuda::sm80 {
 
+// How dQ_accum holds dQ: each main kernel adds in its own order, the postprocess reads it back.
+enum class DqAccumLayout : int {
+  // sm90: row (head h, row q) at h·dq_accum_rows + q; within each group of 32 columns, column
+  // 16J + 8h + 2t + e (J, h, e < 2, t < 4) at 8t + 4J + 2h + e, so that the thread of a wgmma
+  // accumulator holding columns 2t, 2t + 1 of two neighbouring n8 chunks stores them as one
+  // 16-byte vector.
+  kPaired = 1,
+  // sm80: q block qb of sequence b, head h, is one tile (sm80/dq_tile.h) of dq_tile_rows rows
+  // from row h·dq_accum_rows + q_start + (b + qb)·dq_tile_rows (q_start: the sequence's first
+  // packed row, b·Sq when dense): every q block whole, in the order the kernel's lanes add it.
+  kTiled = 2,
+};
+
 struct BwdParams {
   const void* q;
   const void* k;
@@ -40,14 +53,11 @@ struct BwdParams {
   int head_dim_v;
 
   // Workspace (launch/bwd.cu lays it out):
-  float* dq_accum;  // fp32 [Hq, rows_q, dq_accum_pitch]; rows_q = varlen ? total_q : B·Sq
-  // Floats per dQ_accum row: head_dim, or (dq_accum_paired) head_dim rounded up to 32.
-  int dq_accum_pitch;
-  // 0: column c of a row at c. 1 (the sm90 backward): within each group of 32 columns, column
-  // 16J + 8h + 2t + e (J, h, e < 2, t < 4) at 8t + 4J + 2h + e, so that the thread of a wgmma
-  // accumulator holding columns 2t, 2t + 1 of two neighbouring n8 chunks stores them as one
-  // 16-byte vector; the postprocess puts the columns back in order.
-  int dq_accum_paired;
+  float* dq_accum;        // fp32 [Hq, dq_accum_rows, dq_accum_pitch], in the main kernel's layout
+  int64_t dq_accum_rows;  // rows a head: rows_q (kPaired), rows_q + B·dq_tile_rows (kTiled)
+  int dq_accum_pitch;     // floats a row: head_dim rounded up to 32 (kPaired), the kernel's D (kTiled)
+  DqAccumLayout dq_accum_layout;
+  int dq_tile_rows, dq_tile_warps_m;  // kTiled: sm80/dq_tile.h's rows and warps_m
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
   int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
   int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed

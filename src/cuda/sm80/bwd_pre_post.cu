@@ -8,10 +8,13 @@
 #include "cuda/common/check.h"
 #include "cuda/common/convert.cuh"
 #include "cuda/sm80/bwd_pre_post.h"
+#include "cuda/sm80/dq_tile.h"
 
 namespace fa::cuda {
 
 namespace {
+
+using sm80::DqAccumLayout;
 
 constexpr int kRowThreads = 256;  // a memory-bound kernel: any full-occupancy block size
 
@@ -45,8 +48,8 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
   return b * bs + s * rs + h * hs;
 }
 
-// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32);  dQ_accum[h, row, :] = 0; the tile
-// counter = 0.
+// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); all of dQ_accum (whatever its layout)
+// and the tile counter = 0.
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -56,6 +59,9 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   const int64_t tasks = p.rows_q * p.heads_q;
   const int col = lane_in_row * 8;
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
+  const int64_t accum4 = int64_t(p.heads_q) * p.dq_accum_rows * p.dq_accum_pitch / 4;  // pitch % 4 == 0
+  for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < accum4; i += int64_t(gridDim.x) * kRowThreads)
+    reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The loop bound is block-uniform so that every lane reaches the shuffles below.
   for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < tasks;
        base += int64_t(gridDim.x) * rows_per_block) {
@@ -83,19 +89,14 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
     for (int off = lanes_per_row / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (!valid) continue;
     if (lane_in_row == 0) p.dsum[t.lse_index] = acc;
-    if (col < p.dq_accum_pitch) {
-      float4* z = reinterpret_cast<float4*>(p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.dq_accum_pitch + col);
-      z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-      z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
   }
 }
 
-// dQ[row, h, :] = scale · dQ_accum[h, row, :], rounded to the storage type; kPaired: the
-// accumulator's columns in the paired order (BwdParams::dq_accum_paired), this lane's 8 columns
-// 16J + 8h + 2t + e of a 32-column group read as 4 float2 from 8t + 4J + 2h (the 4 lanes of a
-// group read its 128 bytes together).
-template <bool kIsBf16, bool kPaired>
+// dQ[row, h, :] = scale · dQ_accum of (row, h), rounded to the storage type, from either layout
+// (BwdParams::dq_accum_layout). Each lane reads 8 columns: kPaired, columns 16J + 8h + 2t + e of
+// a 32-column group as 4 float2 from 8t + 4J + 2h (the 4 lanes of a group read its 128 bytes
+// together); kTiled, 32 contiguous bytes of the row's q-block tile (sm80/dq_tile.h).
+template <bool kIsBf16, DqAccumLayout kLayout>
 __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_constant__ sm80::BwdParams p,
                                                                int lanes_per_row) {
   using T = typename Storage<kIsBf16>::type;
@@ -104,19 +105,36 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
   const int64_t tasks = p.rows_q * p.heads_q;
   const int col = lane_in_row * 8;
   if (col >= p.head_dim) return;  // no shuffles below: idle lanes may leave
+  const sm80::DqTile tile{p.dq_tile_rows, p.dq_accum_pitch, p.dq_tile_warps_m};
   for (int64_t task = int64_t(blockIdx.x) * rows_per_block + threadIdx.x / lanes_per_row;
        task < tasks; task += int64_t(gridDim.x) * rows_per_block) {
     const RowTask t = row_task(p, task);
-    const float* row = p.dq_accum + (int64_t(t.h) * p.rows_q + t.row) * p.dq_accum_pitch;
+    const float* head = p.dq_accum + int64_t(t.h) * p.dq_accum_rows * p.dq_accum_pitch;
     float4 x, y;
-    if constexpr (kPaired) {
-      const float* g = row + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
+    if constexpr (kLayout == DqAccumLayout::kPaired) {
+      const float* g = head + t.row * p.dq_accum_pitch + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
       const float2 a0 = *reinterpret_cast<const float2*>(g), a1 = *reinterpret_cast<const float2*>(g + 8);
       const float2 a2 = *reinterpret_cast<const float2*>(g + 16), a3 = *reinterpret_cast<const float2*>(g + 24);
       x = make_float4(a0.x, a0.y, a1.x, a1.y);
       y = make_float4(a2.x, a2.y, a3.x, a3.y);
     } else {
-      const float4* a = reinterpret_cast<const float4*>(row + col);
+      // The row's sequence b and position s; its tile starts s % rows before it, b tiles on.
+      int64_t b, s;
+      if (p.cu_seqlens_q != nullptr) {
+        int lo = 0, hi = p.batch - 1;  // the last b with cu_seqlens_q[b] <= row
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) >> 1;
+          if (p.cu_seqlens_q[mid] <= t.row) lo = mid; else hi = mid - 1;
+        }
+        b = lo;
+        s = t.row - p.cu_seqlens_q[lo];
+      } else {
+        b = t.row / p.seqlen_q;
+        s = t.row % p.seqlen_q;
+      }
+      const int r = int(s % tile.rows);
+      const float4* a = reinterpret_cast<const float4*>(
+          head + (t.row - r + b * tile.rows) * p.dq_accum_pitch + tile.offset(r, col));
       x = a[0];
       y = a[1];
     }
@@ -148,8 +166,7 @@ unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
 }  // namespace
 
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
-  const int dim = p.dq_accum_pitch > p.head_dim_v ? p.dq_accum_pitch : p.head_dim_v;  // pitch >= head_dim
-  const int lanes = lanes_per_row(dim);
+  const int lanes = lanes_per_row(p.head_dim_v);
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
   if (bf16)
@@ -163,8 +180,10 @@ void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim);
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
-  const auto kernel = p.dq_accum_paired != 0 ? (bf16 ? &bwd_post_kernel<true, true> : &bwd_post_kernel<false, true>)
-                                             : (bf16 ? &bwd_post_kernel<true, false> : &bwd_post_kernel<false, false>);
+  constexpr auto kPaired = DqAccumLayout::kPaired, kTiled = DqAccumLayout::kTiled;
+  const auto kernel = p.dq_accum_layout == kPaired
+                          ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)
+                          : (bf16 ? &bwd_post_kernel<true, kTiled> : &bwd_post_kernel<false, kTiled>);
   kernel<<<blocks, kRowThreads, 0, stream>>>(p, lanes);
   check_launch("bwd_post_kernel");
 }

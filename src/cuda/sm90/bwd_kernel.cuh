@@ -288,7 +288,7 @@ struct BwdKernel {
   // warp:: scope. A warp's 16 rows of an m64 x kN fp32 accumulator (this thread: rows g, g + 8
   // from `row`, columns 8i + 2t (+1)) into 32-column panels of 128-byte rows, `panel_bytes`
   // apart, 16-byte chunks swizzled by row % 8 (= g), in the paired column order of dQ_accum
-  // (BwdParams::dq_accum_paired): chunk 2t + J of a panel row holds columns 2t, 2t + 1 of its n8
+  // (sm80::DqAccumLayout::kPaired): chunk 2t + J of a panel row holds columns 2t, 2t + 1 of its n8
   // chunks 2J and 2J + 1, one 16-byte store (8 a warp row, 4 wavefronts: row g's chunks and row
   // g ^ 1's are of opposite parity, so a quarter warp covers the 32 banks once).
   template <int kN>

@@ -80,7 +80,8 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
     why = bshd_map_limits(p.v, e.batch, e.rows_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   // The dQ accumulator: the paired column layout (the consumers' 16-byte stores), rows of whole
   // 32-column groups; one head of it below 2^40 bytes (its map).
-  if (why.empty() && (p.dq_accum_paired == 0 || p.dq_accum_pitch % 32 != 0 || p.dq_accum_pitch < p.head_dim))
+  if (why.empty() && (p.dq_accum_layout != sm80::DqAccumLayout::kPaired || p.dq_accum_rows != p.rows_q ||
+                      p.dq_accum_pitch % 32 != 0 || p.dq_accum_pitch < p.head_dim))
     why = "sm90 backward: the dQ accumulator must be laid out in paired 32-column groups";
   if (why.empty() && p.rows_q * p.dq_accum_pitch * 4 >= (int64_t{1} << 40))
     why = "sm90 backward: one head of the dQ accumulator must be below 2^40 bytes";

@@ -177,11 +177,14 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, W, S, MB, X, Bf16>::operato
   };
 
   // Prologue: Q, then the first kStages - 1 K/V blocks (groups: Q, K0, V0, K1, V1, ...); with
-  // one buffer each, Q and K0 (V0 is issued in the first iteration).
+  // one buffer each, Q, K0 and V0 (both buffers are free: V0 loads under Q·K0ᵀ's wait).
   q_loader.cta_load(smem_q, q, p.q_row_stride, sq - m0, p.head_dim);
   ptx::cp_async_commit();
   if constexpr (kStages == 1) {
-    if (n_blocks > 0) cta_load_k(0, 0);
+    if (n_blocks > 0) {
+      cta_load_k(0, 0);
+      cta_load_v(0, 0);
+    }
   }
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
@@ -210,14 +213,21 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, W, S, MB, X, Bf16>::operato
   zero_acc(acc_o);
   OnlineSoftmax<kMT> softmax;
   softmax.init();
+  if constexpr (kStages == 1) {
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+  }
 
   for (int it = 0; it < n_blocks; ++it) {
     const int stage = it % kStages;
     if constexpr (kStages == 1) {
-      // K_it (and Q) landed; after the barrier every warp is done with V_{it-1}: refill V.
-      ptx::cp_async_wait<0>();
-      __syncthreads();
-      cta_load_v(it, 0);
+      // K_it landed; after the barrier every warp is done with V_{it-1}: refill V. (Block 0:
+      // before the loop, Q and K0 landed while V0 may still be in flight.)
+      if (it > 0) {
+        ptx::cp_async_wait<0>();
+        __syncthreads();
+        cta_load_v(it, 0);
+      }
     } else {
       // K_it (and Q) landed for this thread; the barrier publishes them to all and frees the
       // stage that block it - 1 used.

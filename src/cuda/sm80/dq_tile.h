@@ -1,7 +1,9 @@
 // CUDA backend, sm80/: the tiled layout of the backward's fp32 dQ accumulator, which the sm80 main
 // kernel adds into and the postprocess reads back (BwdParams::dq_accum_layout = kTiled). Index
-// arithmetic only, on host and device.
+// arithmetic only, on host and device (tests/test_dq_tile.cpp checks it on the CPU).
 #pragma once
+
+#include "common/mask.h"  // FA_HOST_DEVICE
 
 namespace fa::cuda::sm80 {
 
@@ -18,7 +20,7 @@ struct DqTile {
   int rows, cols, warps_m;
 
   // Float offset of (r, c) in the tile.
-  __host__ __device__ constexpr int offset(int r, int c) const {
+  constexpr FA_HOST_DEVICE int offset(int r, int c) const {
     const int wm = rows / warps_m, wn = cols * warps_m / 8;
     const int w = r / wm + warps_m * (c / wn), rr = r % wm, cc = c % wn;
     const int pairs = wm / 16 * 2 * (wn / 8);

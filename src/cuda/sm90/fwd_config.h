@@ -39,62 +39,76 @@ inline constexpr bool kSm90FwdVarlen = true;
 // bytes + barriers and tile slots (fwd_kernel.cuh).
 // Shapes follow the FlashAttention-3 design (BM 192 at D 64, else 128; BN 128 up to D 128, 80 at
 // D 256); the schedules chosen here are the fastest timed on the H200 (docs/PERF.md, "GPU
-// forward (sm90 path)"). kSmallTiles: a second row for the same head dim, which the first hands
-// the masked problems of fewer than kSmallTilesBelow query rows (0: no second row): there a
-// 192-row tile cuts the diagonal coarsely and leaves fewer tiles than multiprocessors.
+// forward (sm90 path)").
+// kSecondRow: a second row for the same head dim, which the first hands the masked problems of
+// fewer than kSecondRowMaskedBelow query rows and the problems of fewer than
+// kSecondRowKeysBelow keys (0: none; kEveryMasked: all masked problems). At 64 its tiles are
+// smaller (a 192-row tile cuts the diagonal coarsely and leaves fewer tiles than
+// multiprocessors); at 128 and 256 it has the same tiles and runs the whole softmax after the
+// P·V's wait (kRowsUnderPv 0), which is faster on short tiles and masked blocks.
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
 // +4–11%), but −1–3% at 128 (docs/PERF.md). kNextS: the overlapped schedule issues the next
 // tile's first Q·Kᵀ with a tile's last P·V, under the epilogue (fwd_kernel.cuh): +3–6% at hdim 64,
 // −1–5% at 128, where that P·V then waits for the next tile's first K block to arrive.
-template <int kHeadDim, bool kSmallTiles = false>
+// kRowsUnderPv: how many of each thread's two rows of the softmax run under the P·V in flight
+// (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
+// and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.
+inline constexpr int kEveryMasked = 1 << 30;
+template <int kHeadDim, bool kSecondRow = false>
 struct FwdConfig;
 template <>
 struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSmallTilesBelow = 4096;
+  static constexpr int kSecondRowMaskedBelow = 4096, kSecondRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
+  static constexpr int kRowsUnderPv = 0;
 };
 template <>
 struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSmallTilesBelow = 0;
+  static constexpr int kSecondRowMaskedBelow = 0, kSecondRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
+  static constexpr int kRowsUnderPv = 0;
 };
-template <>
-struct FwdConfig<128> {  // 225 KiB (O staged apart)
+template <bool kSecondRow>
+struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSmallTilesBelow = 0;
+  static constexpr int kSecondRowMaskedBelow = kSecondRow ? 0 : kEveryMasked;
+  static constexpr int kSecondRowKeysBelow = kSecondRow ? 0 : 4096;
   static constexpr bool kUniformGroup = false;
   static constexpr bool kNextS = false;
+  static constexpr int kRowsUnderPv = kSecondRow ? 0 : 2;
 };
-template <>
-struct FwdConfig<256> {  // 225 KiB (O staged in the one Q buffer)
+template <bool kSecondRow>
+struct FwdConfig<256, kSecondRow> {  // 225 KiB (O staged in the one Q buffer)
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
-  static constexpr int kSmallTilesBelow = 0;
+  static constexpr int kSecondRowMaskedBelow = kSecondRow ? 0 : kEveryMasked;
+  static constexpr int kSecondRowKeysBelow = kSecondRow ? 0 : 2048;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = false;
+  static constexpr int kRowsUnderPv = kSecondRow ? 0 : 1;
 };
 
-template <int kHeadDim, bool kSmallTiles = false>
-inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kSmallTiles>::kBlockM;
+template <int kHeadDim, bool kSecondRow = false>
+inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kSecondRow>::kBlockM;
 
 // Empty string when the kernel can run p on a device with smem_optin bytes per block (the
 // problem fields only; the tensor maps are built by fwd_launch).
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles = false>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow = false>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin);
 // Builds the tensor maps, launches the kernel on `stream` and checks the launch.
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles = false>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow = false>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream);
 
 }  // namespace fa::cuda::sm90

@@ -4,4 +4,5 @@
 
 namespace fa::cuda::sm90 {
 FA_SM90_FWD_INSTANTIATE(256, false)
+FA_SM90_FWD_INSTANTIATE(256, true)
 }  // namespace fa::cuda::sm90

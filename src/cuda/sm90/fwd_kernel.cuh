@@ -83,7 +83,7 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_, bool kUniformGroup_, bool kNextS_>
+          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -105,6 +105,13 @@ struct FwdKernel {
   // The consumer warpgroup's index read through warp_uniform (its bases and descriptors then in
   // uniform registers), or per thread: chosen per head dim by timing (sm90/fwd_config.h).
   static constexpr bool kUniformGroup = kUniformGroup_;
+  // How many of a thread's two rows (0, 1 or 2) the overlapped consumer's softmax finishes
+  // under the P·V in flight, before it waits for that P·V and releases its V stage (the rest
+  // after). ptxas moves a wgmma wait to the start of the basic block that holds it, ahead of any
+  // softmax code there, so the rows meant to run under the P·V are written inside each arm of
+  // the mask test and the rest after the join.
+  static constexpr int kRowsUnderPv = kRowsUnderPv_;
+  static_assert(kRowsUnderPv >= 0 && kRowsUnderPv <= 2, "a thread holds two rows");
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -309,8 +316,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -387,8 +394,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
 // the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
 // over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -443,8 +450,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -529,8 +536,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -610,11 +617,11 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // block still writes O): m_new = max(m_old, rowmax(S)); P = exp2(S·c − m_new·c) in place;
 // l = alpha·l + rowsum(P). Returns alpha = exp2(m_old·c − m_new·c), by which O is scaled once the
 // P·V in flight has landed. The same arithmetic as OnlineSoftmax::step (common/softmax.cuh).
-template <int kNT>
+template <int kNT, int kRowBegin = 0, int kRowEnd = 2>
 __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, float (&s)[1][kNT][4],
                                                       float score_log2, float (&alpha)[2]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = kRowBegin; h < kRowEnd; ++h) {
     // m_new = max(m_old, rowmax(S_ij))
     float m_new = sm.row_max[0][h];
 #pragma unroll
@@ -641,13 +648,15 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 }
 
 // Overlapped consumer (kOverlap): per K/V block j >= 1 the warpgroup issues S_j = Q·K_jᵀ and
-// O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs the softmax of block j while
-// P_{j-1}·V_{j-1} is still in flight, then waits for it and rescales O. Registers: S, P (the A
+// O += P_{j-1}·V_{j-1} back to back, waits for S_j only, runs kRowsUnderPv rows of the softmax
+// of block j while P_{j-1}·V_{j-1} is still in flight, then waits for it, releases V_{j-1}, runs
+// the other rows and rescales O (with kRowsUnderPv 0 the softmax runs under the other warpgroups'
+// GEMMs only, as ping-pong arranges). Registers: S, P (the A
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -681,17 +690,29 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
     }
   };
-  // Softcap, mask and softmax of block it (in S); alpha as warp_softmax_deferred.
+  // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
+  // warp_softmax_deferred.
   const auto scores = [&](int it, float (&alpha)[2]) {
     if (p.softcap > 0.f) {
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
-    if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
-      warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+    const bool partial = !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
+    if constexpr (kRowsUnderPv > 0) {
+      if (partial) {
+        warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+        warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+      } else {
+        warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+      }
+    } else {
+      if (partial) warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
     }
-    warp_softmax_deferred<kNT>(softmax, s3, p.score_log2, alpha);
+  };
+  // The rows of the softmax after the P·V's wait.
+  const auto scores_rest = [&](float (&alpha)[2]) {
+    warp_softmax_deferred<kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
   };
   // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
   const auto pack_p = [&]() {
@@ -726,6 +747,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if (lane == 0) b.k_empty(st0).arrive();
     if (n_blocks == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
+    scores_rest(alpha);
     pack_p();
 
     for (int it = 1; it < n_blocks; ++it) {
@@ -752,6 +774,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
       if (lane == 0) b.v_empty(prev).arrive();
+      scores_rest(alpha);
       // O = alpha·O
 #pragma unroll
       for (int ot = 0; ot < kOT; ++ot)
@@ -798,8 +821,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::issue_s(const Smem& sm, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -815,8 +838,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

@@ -15,15 +15,15 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles, bool kVarlen = false,
-          class C = FwdConfig<kHeadDim, kSmallTiles>>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow, bool kVarlen = false,
+          class C = FwdConfig<kHeadDim, kSecondRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
-                               kIsBf16, C::kUniformGroup, C::kNextS>;
+                               kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow>
 std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
   out->prob = p;
   // Causal tile sections: as many (batch, head) pairs as keep their K and V within 24 MiB, about
   // half the H100/H200 L2 (the rest holds Q, O and the other sections' stragglers).
@@ -53,16 +53,18 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
-  constexpr int kSmallBelow = FwdConfig<kHeadDim, kSmallTiles>::kSmallTilesBelow;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
+  using C = FwdConfig<kHeadDim, kSecondRow>;
   if (p.cu_seqlens_q != nullptr && !kSm90FwdVarlen) return "sm90 forward: varlen not enabled in this build";
-  if constexpr (kSmallBelow > 0) {
-    if (!p.mask.none() && p.seqlen_q < kSmallBelow)
-      return "sm90 forward: masked problems below " + std::to_string(kSmallBelow) + " query rows take the " +
-             std::to_string(kFwdBlockM<kHeadDim, true>) + "-row tiles";
-  }
+  if (!p.mask.none() && p.seqlen_q < C::kSecondRowMaskedBelow)
+    return C::kSecondRowMaskedBelow == kEveryMasked
+               ? std::string("sm90 forward: masked problems take the second row")
+               : "sm90 forward: masked problems below " + std::to_string(C::kSecondRowMaskedBelow) +
+                     " query rows take the second row";
+  if (p.seqlen_k < C::kSecondRowKeysBelow)
+    return "sm90 forward: fewer than " + std::to_string(C::kSecondRowKeysBelow) + " keys take the second row";
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -95,11 +97,11 @@ void launch_kernel(const FwdParams& full, cudaStream_t stream) {
   check_launch("sm90 forward");
 }
 
-template <int kHeadDim, bool kIsBf16, bool kSmallTiles>
+template <int kHeadDim, bool kIsBf16, bool kSecondRow>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
   FwdParams full;
-  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kSmallTiles>(p, &full);
+  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kSecondRow>(p, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
   // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
   std::unique_ptr<AsyncBuffer> counter;
@@ -111,14 +113,14 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kSmallTiles, true>>(full, stream);
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kSecondRow, true>>(full, stream);
   }
   launch_kernel<Kernel>(full, stream);
 }
 
 }  // namespace fa::cuda::sm90
 
-// Explicit instantiation of both 16-bit types for one head dim and tile row (S: kSmallTiles).
+// Explicit instantiation of both 16-bit types for one head dim and row (S: kSecondRow).
 #define FA_SM90_FWD_INSTANTIATE(D, S)                                                  \
   template std::string fwd_can_implement<D, true, S>(const sm80::FwdParams&, int);   \
   template std::string fwd_can_implement<D, false, S>(const sm80::FwdParams&, int);  \

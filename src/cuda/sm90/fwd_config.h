@@ -54,6 +54,9 @@ inline constexpr bool kSm90FwdVarlen = true;
 // kRowsUnderPv: how many of each thread's two rows of the softmax run under the P·V in flight
 // (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
 // and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.
+// kSplitProducer: K and V loaded by two producer threads (fwd_kernel.cuh), so that a V stage
+// released late holds back no K load: +2–6% on short and causal problems at 64 and 128, but −3
+// to −7% at 256 from 4096 keys.
 inline constexpr int kEveryMasked = 1 << 30;
 template <int kHeadDim, bool kSecondRow = false>
 struct FwdConfig;
@@ -66,6 +69,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
+  static constexpr bool kSplitProducer = true;
 };
 template <>
 struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgroups
@@ -76,6 +80,7 @@ struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgrou
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
+  static constexpr bool kSplitProducer = true;
 };
 template <bool kSecondRow>
 struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
@@ -87,6 +92,7 @@ struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
   static constexpr bool kUniformGroup = false;
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kSecondRow ? 0 : 2;
+  static constexpr bool kSplitProducer = true;
 };
 template <bool kSecondRow>
 struct FwdConfig<256, kSecondRow> {  // 225 KiB (O staged in the one Q buffer)
@@ -98,6 +104,7 @@ struct FwdConfig<256, kSecondRow> {  // 225 KiB (O staged in the one Q buffer)
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kSecondRow ? 0 : 1;
+  static constexpr bool kSplitProducer = false;
 };
 
 template <int kHeadDim, bool kSecondRow = false>

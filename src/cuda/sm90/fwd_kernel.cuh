@@ -83,7 +83,7 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_>
+          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -112,6 +112,9 @@ struct FwdKernel {
   // the mask test and the rest after the join.
   static constexpr int kRowsUnderPv = kRowsUnderPv_;
   static_assert(kRowsUnderPv >= 0 && kRowsUnderPv <= 2, "a thread holds two rows");
+  // The producer's loads from two threads, Q and K from one and V from another (producer_v), so
+  // that waiting for a V stage to be released holds back no K load; else all from thread 0.
+  static constexpr bool kSplitProducer = kSplitProducer_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -139,12 +142,13 @@ struct FwdKernel {
   static constexpr int kKVBytes = kPanels * kKVPanelBytes;
   static constexpr int kAlign = 1024;  // swizzle atom
   static constexpr int kMaxSmem = 227 * 1024;
-  // After the tiles: q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage;
-  // then the tile of each Q stage (the producer's hand-over to the consumers: a TileWork).
+  // After the tiles: q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage,
+  // with kSplitProducer work_full per Q stage; then the tile of each Q stage (the producer's
+  // hand-over to the consumers and the V thread: a TileWork).
   static constexpr int kSlotBytes = 64;
   static constexpr int kQStages =
-      kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (4 + 4 * kStages) + 2 * kSlotBytes <= kMaxSmem ? 2 : 1;
-  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
+      kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (6 + 4 * kStages) + 2 * kSlotBytes <= kMaxSmem ? 2 : 1;
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + (kSplitProducer_ ? kQStages : 0);
   static constexpr int kTailBytes = 8 * kNumBarriers + kSlotBytes * kQStages;
 
   // The epilogue through shared memory: each consumer warpgroup writes O / l (16-bit) into its
@@ -255,6 +259,8 @@ struct FwdKernel {
     __device__ __forceinline__ SmemBarrier k_empty(int st) const { return {bars + kQ2 + kStages + st}; }
     __device__ __forceinline__ SmemBarrier v_full(int st) const { return {bars + kQ2 + 2 * kStages + st}; }
     __device__ __forceinline__ SmemBarrier v_empty(int st) const { return {bars + kQ2 + 3 * kStages + st}; }
+    // The tile of Q stage qs written to its slot (for the V thread, which must not wait for Q).
+    __device__ __forceinline__ SmemBarrier work_full(int qs) const { return {bars + kQ2 + 4 * kStages + qs}; }
   };
   // The K/V ring position of the kv-th block loaded by this CTA (counted over all its tiles).
   __device__ __forceinline__ static int stage_of(int kv) { return kv % kStages; }
@@ -289,6 +295,9 @@ struct FwdKernel {
   }
 
   __device__ __forceinline__ static void producer(const Params& p, const Smem& sm, const Barriers& b);
+  __device__ __forceinline__ static void producer_v(const Params& p, const Smem& sm, const Barriers& b);
+  __device__ __forceinline__ static void load_v(const Params& p, const Smem& sm, const Barriers& b, int stage,
+                                                uint32_t phase, int row0, int head_kv, int batch);
   // One tile of one consumer warpgroup; kv_base = the ring position of the tile's first block.
   __device__ __forceinline__ static void consumer(const Params& p, int group, const Smem& sm,
                                                   const Barriers& b, const TileWork& w, int kv_base);
@@ -316,8 +325,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -334,7 +343,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
-      b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads);  // every consumer thread read its slot
+      b.work_full(q).init(1);
+      // Every consumer thread read its slot and released Q, and the V thread read the slot.
+      b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads + (kSplitProducer ? 1 : 0));
     }
     for (int s = 0; s < kStages; ++s) {
       b.k_full(s).init(1);
@@ -350,6 +361,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   if (role == WarpGroupRole::producer) {
     ptx::warpgroup_reg_dealloc<kProducerRegs>();
     if (tid == 0) producer(params, sm, b);
+    if (kSplitProducer && tid == 32) producer_v(params, sm, b);
   } else {
     ptx::warpgroup_reg_alloc<kConsumerRegs>();
     const int group = kUniformGroup ? warp_uniform(tid / kWarpGroupThreads - 1) : tid / kWarpGroupThreads - 1;
@@ -391,11 +403,12 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-// One thread: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then
-// the tile's K and V blocks through the kStages-deep ring. The ring and the Q buffer run on
-// over the tiles, so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::producer(const Params& params,
+// Thread 0: per tile, Q once it is free (kPanels boxes of 64 columns x kBlockM rows), then the
+// tile's K and V blocks through the kStages-deep ring, or with kSplitProducer the K blocks only
+// (thread 32, producer_v, loads the V blocks). The ring and the Q buffer run on over the tiles,
+// so the next tile's loads overlap this tile's last blocks and epilogue.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -407,13 +420,15 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     // The consumers released this Q buffer's previous tile (a fresh barrier's "previous phase"
     // counts as complete, so the first wait on each buffer passes).
     b.q_empty(qs).wait(((round / kQStages) & 1) ^ 1);
-    if (idx >= num_tiles) {  // none left: tell the consumers, with no bytes to wait for
+    if (idx >= num_tiles) {  // none left: tell the consumers and the V thread, with no bytes to wait for
       sm.work[qs].n_blocks = -1;
+      if (kSplitProducer) b.work_full(qs).arrive();
       b.q_full(qs).arrive();
       break;
     }
     const TileWork w = tile_work(params, static_cast<int>(idx));
     sm.work[qs] = w;  // the consumers' copy (one computation a tile, not one a thread)
+    if (kSplitProducer) b.work_full(qs).arrive();
     const int batch = kVarlen ? 0 : w.tile.batch;  // varlen maps: one packed batch
     const int head_kv = w.tile.head / p.group;
     b.q_full(qs).arrive_expect_tx(kQBytes);
@@ -435,23 +450,53 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
                                           sm.base + kQStages * kQBytes + stage * kKVBytes + c * kKVPanelBytes,
                                           &params.tm_k, coords, b.k_full(stage).bar);
       }
-      b.v_empty(stage).wait(phase ^ 1);
-      b.v_full(stage).arrive_expect_tx(kKVBytes);
-      for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, w.k_first + n0, head_kv, batch};
-        ::cuda::ptx::cp_async_bulk_tensor(
-            ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
-            sm.base + kQStages * kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
-            coords, b.v_full(stage).bar);
-      }
+      if (!kSplitProducer) load_v(params, sm, b, stage, phase, w.k_first + n0, head_kv, batch);
     }
     idx = params.tile_counter != nullptr ? gridDim.x + int64_t{atomicAdd(params.tile_counter, 1)}
                                          : LongestFirstScheduler::persistent_index(round + 1);
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::consumer(const Params& params, int group,
+// Thread 32: the V blocks of the tiles thread 0 chose, in the same ring order. It reads each
+// tile's slot once work_full says it is written, then counts itself on that Q stage's q_empty
+// (so the slot is not rewritten before it was read).
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer_v(const Params& params,
+                                                                                  const Smem& sm,
+                                                                                  const Barriers& b) {
+  const sm80::FwdParams& p = params.prob;
+  int kv = 0;
+  for (int round = 0;; ++round) {
+    const int qs = round % kQStages;
+    b.work_full(qs).wait((round / kQStages) & 1);
+    const TileWork w = sm.work[qs];
+    if (w.n_blocks < 0) break;
+    b.q_empty(qs).arrive();
+    const int batch = kVarlen ? 0 : w.tile.batch;
+    const int head_kv = w.tile.head / p.group;
+    for (int it = 0; it < w.n_blocks; ++it, ++kv)
+      load_v(params, sm, b, stage_of(kv), phase_of(kv), w.k_first + (w.nb_begin + it) * kBlockN, head_kv, batch);
+  }
+}
+
+// The V block of key rows row0.. into ring stage `stage` once the consumers released it.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::load_v(
+    const Params& params, const Smem& sm, const Barriers& b, int stage, uint32_t phase, int row0, int head_kv,
+    int batch) {
+  b.v_empty(stage).wait(phase ^ 1);
+  b.v_full(stage).arrive_expect_tx(kKVBytes);
+  for (int c = 0; c < kPanels; ++c) {
+    const int32_t coords[4] = {c * kPanelCols, row0, head_kv, batch};
+    ::cuda::ptx::cp_async_bulk_tensor(
+        ::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+        sm.base + kQStages * kQBytes + kStages * kKVBytes + stage * kKVBytes + c * kKVPanelBytes, &params.tm_v,
+        coords, b.v_full(stage).bar);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -536,8 +581,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -655,8 +700,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -821,8 +866,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::issue_s(const Smem& sm, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -838,8 +883,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

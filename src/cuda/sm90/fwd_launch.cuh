@@ -18,7 +18,8 @@ namespace fa::cuda::sm90 {
 template <int kHeadDim, bool kIsBf16, bool kSecondRow, bool kVarlen = false,
           class C = FwdConfig<kHeadDim, kSecondRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
-                               kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv>;
+                               kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
+                               C::kSplitProducer>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 template <int kHeadDim, bool kIsBf16, bool kSecondRow>

@@ -343,7 +343,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
-      b.work_full(q).init(1);
+      if (kSplitProducer) b.work_full(q).init(1);  // past the last barrier otherwise: the tile slots
       // Every consumer thread read its slot and released Q, and the V thread read the slot.
       b.q_empty(q).init(kConsumerGroups * kWarpGroupThreads + (kSplitProducer ? 1 : 0));
     }

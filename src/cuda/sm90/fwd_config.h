@@ -55,8 +55,11 @@ inline constexpr bool kSm90FwdVarlen = true;
 // (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
 // and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.
 // kSplitProducer: K and V loaded by two producer threads (fwd_kernel.cuh), so that a V stage
-// released late holds back no K load: +2–6% on short and causal problems at 64 and 128, but −3
-// to −7% at 256 from 4096 keys.
+// released late holds back no K load. Timed on for every head dim: +2–6% on short and causal
+// problems at 64 and 128, −1% at 128 and −3 to −7% at 256 on long unmasked ones. Off everywhere
+// until a GPU run checks it again (docs/PERF.md: the build timed put a barrier over a tile slot
+// of the kernels without it, which racecheck caught; that is fixed). Off, every kernel's SASS
+// is that of cd83c26.
 inline constexpr int kEveryMasked = 1 << 30;
 template <int kHeadDim, bool kSecondRow = false>
 struct FwdConfig;
@@ -69,7 +72,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
-  static constexpr bool kSplitProducer = true;
+  static constexpr bool kSplitProducer = false;
 };
 template <>
 struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgroups
@@ -80,7 +83,7 @@ struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgrou
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
-  static constexpr bool kSplitProducer = true;
+  static constexpr bool kSplitProducer = false;
 };
 template <bool kSecondRow>
 struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
@@ -92,7 +95,7 @@ struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
   static constexpr bool kUniformGroup = false;
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kSecondRow ? 0 : 2;
-  static constexpr bool kSplitProducer = true;
+  static constexpr bool kSplitProducer = false;
 };
 template <bool kSecondRow>
 struct FwdConfig<256, kSecondRow> {  // 225 KiB (O staged in the one Q buffer)

@@ -453,11 +453,14 @@ void mode_sanitize() {
   run_case(c);
   c.s = shape("san_rounds_d256", 2, 300, 200, 24, 8, 256, 256), c.causal = true;
   run_case(c);
-  // Unmasked and long enough for the first sm90 row of head dims 128 and 256 (sm90/fwd_config.h:
-  // part of the softmax under the P·V in flight); the cases above run their second rows.
+  // The cases above run the last sm90 row of their head dim (sm90/fwd_config.h, kRow). Unmasked
+  // and long enough for the first row at 128 and 256 (part of the softmax under the P·V in
+  // flight); masked with more than 512 keys for the second row at 256 (80-key blocks).
   c.s = shape("san_long_d128", 1, 150, 4100, 2, 1, 128, 128), c.causal = false;
   run_case(c);
   c.s = shape("san_long_d256", 1, 150, 2100, 2, 2, 256, 256), c.dt = FA_DTYPE_FP16;
+  run_case(c);
+  c.s = shape("san_mid_d256", 1, 300, 700, 2, 1, 256, 256), c.causal = true, c.dt = FA_DTYPE_BF16;
   run_case(c);
 }
 

@@ -28,21 +28,29 @@ enum class Direction { fwd, bwd };
 #define FA_SM90_FWD_DECLINES "strides TMA cannot describe; D or Dv at most head dim - 64"
 #endif
 inline constexpr const char* kSm90FwdDeclines = FA_SM90_FWD_DECLINES;
-// The first sm90 row of a head dim also hands some problems to its second row (sm90/fwd_config.h,
-// kSecondRow): at 64 masked ones below 4096 query rows (128-row tiles), at 128 and 256 masked ones
-// and those with fewer keys than 4096 / 2048 (the softmax wholly after the P·V's wait).
+// The first sm90 row of a head dim also hands some problems to its next row (sm90/fwd_config.h,
+// kRow): at 64 masked ones below 4096 query rows (128-row tiles), at 128 and 256 masked ones and
+// those with fewer keys than 4096 / 2048 (the softmax wholly after the P·V's wait); the second
+// row at 256 those of at most 512 keys (64-key blocks).
 inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 4096 query rows";
 inline constexpr const char* kSm90Fwd128Declines = FA_SM90_FWD_DECLINES "; masked; fewer than 4096 keys";
 inline constexpr const char* kSm90Fwd256Declines = FA_SM90_FWD_DECLINES "; masked; fewer than 2048 keys";
+inline constexpr const char* kSm90Fwd256Row1Declines = FA_SM90_FWD_DECLINES "; at most 512 keys";
 #if defined(FA_HAVE_SM90)
-static_assert(sm90::FwdConfig<64>::kSecondRowMaskedBelow == 4096 && sm90::FwdConfig<64>::kSecondRowKeysBelow == 0,
+static_assert(sm90::FwdConfig<64>::kNextRowMaskedBelow == 4096 && sm90::FwdConfig<64>::kNextRowKeysBelow == 0,
               "kSm90Fwd64Declines names the thresholds");
-static_assert(sm90::FwdConfig<128>::kSecondRowMaskedBelow == sm90::kEveryMasked &&
-                  sm90::FwdConfig<128>::kSecondRowKeysBelow == 4096,
+static_assert(sm90::FwdConfig<128>::kNextRowMaskedBelow == sm90::kEveryMasked &&
+                  sm90::FwdConfig<128>::kNextRowKeysBelow == 4096,
               "kSm90Fwd128Declines names the thresholds");
-static_assert(sm90::FwdConfig<256>::kSecondRowMaskedBelow == sm90::kEveryMasked &&
-                  sm90::FwdConfig<256>::kSecondRowKeysBelow == 2048,
+static_assert(sm90::FwdConfig<256>::kNextRowMaskedBelow == sm90::kEveryMasked &&
+                  sm90::FwdConfig<256>::kNextRowKeysBelow == 2048,
               "kSm90Fwd256Declines names the thresholds");
+static_assert(sm90::FwdConfig<256, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfig<256, 1>::kNextRowKeysBelow == 513,
+              "kSm90Fwd256Row1Declines names the thresholds");
+static_assert(sm90::FwdConfig<64, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfig<64, 1>::kNextRowKeysBelow == 0 &&
+                  sm90::FwdConfig<128, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfig<128, 1>::kNextRowKeysBelow == 0 &&
+                  sm90::FwdConfig<256, 2>::kNextRowMaskedBelow == 0 && sm90::FwdConfig<256, 2>::kNextRowKeysBelow == 0,
+              "the last sm90 row of a head dim declines only kSm90FwdDeclines");
 #endif
 // What a full-size sm80 row declines for the compact row of its head dim (sm80/*_config.h,
 // kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
@@ -70,11 +78,11 @@ struct FwdKernelRow {
 #define FA_SM80_FWD_ROWS(D) FA_SM80_FWD_ROWS_OF(D, false, "sm80", "")
 
 // Hopper rows (FA_SM90 builds): same signatures; the launch builds the TMA tensor maps.
-#define FA_SM90_FWD_ROWS_OF(D, S, declines)                                                     \
-  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D, S>, declines,                 \
-               &sm90::fwd_can_implement<D, true, S>, &sm90::fwd_launch<D, true, S>},            \
-      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D, S>, declines,              \
-                   &sm90::fwd_can_implement<D, false, S>, &sm90::fwd_launch<D, false, S>},
+#define FA_SM90_FWD_ROWS_OF(D, R, declines)                                                     \
+  FwdKernelRow{"sm90", 90, 90, Dtype::bf16, D, sm90::kFwdBlockM<D, R>, declines,                 \
+               &sm90::fwd_can_implement<D, true, R>, &sm90::fwd_launch<D, true, R>},            \
+      FwdKernelRow{"sm90", 90, 90, Dtype::f16, D, sm90::kFwdBlockM<D, R>, declines,              \
+                   &sm90::fwd_can_implement<D, false, R>, &sm90::fwd_launch<D, false, R>},
 
 // Forward rows, ascending head dim within each family; dispatch takes the first row that runs
 // the problem, so the sm90 rows (when built) come first and the sm80 rows serve the rest (the
@@ -82,16 +90,17 @@ struct FwdKernelRow {
 inline const FwdKernelRow kFwdKernels[] = {
 #if defined(FA_HAVE_SM90)
 #if defined(FA_CUDA_HDIM_64)
-    FA_SM90_FWD_ROWS_OF(64, false, kSm90Fwd64Declines)
-    FA_SM90_FWD_ROWS_OF(64, true, kSm90FwdDeclines)
+    FA_SM90_FWD_ROWS_OF(64, 0, kSm90Fwd64Declines)
+    FA_SM90_FWD_ROWS_OF(64, 1, kSm90FwdDeclines)
 #endif
 #if defined(FA_CUDA_HDIM_128)
-    FA_SM90_FWD_ROWS_OF(128, false, kSm90Fwd128Declines)
-    FA_SM90_FWD_ROWS_OF(128, true, kSm90FwdDeclines)
+    FA_SM90_FWD_ROWS_OF(128, 0, kSm90Fwd128Declines)
+    FA_SM90_FWD_ROWS_OF(128, 1, kSm90FwdDeclines)
 #endif
 #if defined(FA_CUDA_HDIM_256)
-    FA_SM90_FWD_ROWS_OF(256, false, kSm90Fwd256Declines)
-    FA_SM90_FWD_ROWS_OF(256, true, kSm90FwdDeclines)
+    FA_SM90_FWD_ROWS_OF(256, 0, kSm90Fwd256Declines)
+    FA_SM90_FWD_ROWS_OF(256, 1, kSm90Fwd256Row1Declines)
+    FA_SM90_FWD_ROWS_OF(256, 2, kSm90FwdDeclines)
 #endif
 #endif
 #if defined(FA_CUDA_HDIM_64)

@@ -40,12 +40,14 @@ inline constexpr bool kSm90FwdVarlen = true;
 // Shapes follow the FlashAttention-3 design (BM 192 at D 64, else 128; BN 128 up to D 128, 80 at
 // D 256); the schedules chosen here are the fastest timed on the H200 (docs/PERF.md, "GPU
 // forward (sm90 path)").
-// kSecondRow: a second row for the same head dim, which the first hands the masked problems of
-// fewer than kSecondRowMaskedBelow query rows and the problems of fewer than
-// kSecondRowKeysBelow keys (0: none; kEveryMasked: all masked problems). At 64 its tiles are
-// smaller (a 192-row tile cuts the diagonal coarsely and leaves fewer tiles than
-// multiprocessors); at 128 and 256 it has the same tiles and runs the whole softmax after the
-// P·V's wait (kRowsUnderPv 0), which is faster on short tiles and masked blocks.
+// Rows: a head dim may have more than one row (kRow 0, 1, ...), each its own kernel; row r hands
+// the masked problems of fewer than kNextRowMaskedBelow query rows and the problems of fewer
+// than kNextRowKeysBelow keys to row r + 1 (0: none; kEveryMasked: all masked problems), and the
+// last row takes what reaches it. At 64 the second row has smaller tiles (a 192-row tile cuts
+// the diagonal coarsely and leaves fewer tiles than multiprocessors); at 128 and 256 it has the
+// same tiles and runs the whole softmax after the P·V's wait (kRowsUnderPv 0), which is faster on
+// short tiles and masked blocks; at 256 a third row runs 64-key blocks for at most 512 keys
+// (80-key blocks pad 512 keys to 560).
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
 // +4–11%), but −1–3% at 128 (docs/PERF.md). kNextS: the overlapped schedule issues the next
@@ -55,70 +57,69 @@ inline constexpr bool kSm90FwdVarlen = true;
 // (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
 // and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.
 // kSplitProducer: K and V loaded by two producer threads (fwd_kernel.cuh), so that a V stage
-// released late holds back no K load. Timed on for every head dim: +2–6% on short and causal
-// problems at 64 and 128, −1% at 128 and −3 to −7% at 256 on long unmasked ones. Off everywhere
-// until a GPU run checks it again (docs/PERF.md: the build timed put a barrier over a tile slot
-// of the kernels without it, which racecheck caught; that is fixed). Off, every kernel's SASS
-// is that of cd83c26.
+// released late holds back no K load: +2–6% on short and causal problems at 64 and 128 (the
+// second rows), −1% at 128 and −3 to −7% at 256 on long unmasked ones (docs/PERF.md).
 inline constexpr int kEveryMasked = 1 << 30;
-template <int kHeadDim, bool kSecondRow = false>
+template <int kHeadDim, int kRow = 0>
 struct FwdConfig;
 template <>
 struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSecondRowMaskedBelow = 4096, kSecondRowKeysBelow = 0;
+  static constexpr int kNextRowMaskedBelow = 4096, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
   static constexpr bool kSplitProducer = false;
 };
 template <>
-struct FwdConfig<64, true> {  // 113 KiB (O staged apart), two consumer warpgroups
+struct FwdConfig<64, 1> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSecondRowMaskedBelow = 0, kSecondRowKeysBelow = 0;
+  static constexpr int kNextRowMaskedBelow = 0, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
-  static constexpr bool kSplitProducer = false;
+  static constexpr bool kSplitProducer = true;
 };
-template <bool kSecondRow>
-struct FwdConfig<128, kSecondRow> {  // 225 KiB (O staged apart)
+template <int kRow>
+struct FwdConfig<128, kRow> {  // 225 KiB (O staged apart)
+  static_assert(kRow == 0 || kRow == 1, "two rows at 128");
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kSecondRowMaskedBelow = kSecondRow ? 0 : kEveryMasked;
-  static constexpr int kSecondRowKeysBelow = kSecondRow ? 0 : 4096;
+  static constexpr int kNextRowMaskedBelow = kRow == 0 ? kEveryMasked : 0;
+  static constexpr int kNextRowKeysBelow = kRow == 0 ? 4096 : 0;
   static constexpr bool kUniformGroup = false;
   static constexpr bool kNextS = false;
-  static constexpr int kRowsUnderPv = kSecondRow ? 0 : 2;
-  static constexpr bool kSplitProducer = false;
+  static constexpr int kRowsUnderPv = kRow == 0 ? 2 : 0;
+  static constexpr bool kSplitProducer = kRow == 1;
 };
-template <bool kSecondRow>
-struct FwdConfig<256, kSecondRow> {  // 225 KiB (O staged in the one Q buffer)
-  static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
+template <int kRow>
+struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 KiB with 64-key blocks
+  static_assert(kRow >= 0 && kRow <= 2, "three rows at 256");
+  static constexpr int kBlockM = 128, kBlockN = kRow == 2 ? 64 : 80, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
-  static constexpr int kSecondRowMaskedBelow = kSecondRow ? 0 : kEveryMasked;
-  static constexpr int kSecondRowKeysBelow = kSecondRow ? 0 : 2048;
+  static constexpr int kNextRowMaskedBelow = kRow == 0 ? kEveryMasked : 0;
+  static constexpr int kNextRowKeysBelow = kRow == 0 ? 2048 : kRow == 1 ? 513 : 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = false;
-  static constexpr int kRowsUnderPv = kSecondRow ? 0 : 1;
+  static constexpr int kRowsUnderPv = kRow == 0 ? 1 : 0;
   static constexpr bool kSplitProducer = false;
 };
 
-template <int kHeadDim, bool kSecondRow = false>
-inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kSecondRow>::kBlockM;
+template <int kHeadDim, int kRow = 0>
+inline constexpr int kFwdBlockM = FwdConfig<kHeadDim, kRow>::kBlockM;
 
 // Empty string when the kernel can run p on a device with smem_optin bytes per block (the
 // problem fields only; the tensor maps are built by fwd_launch).
-template <int kHeadDim, bool kIsBf16, bool kSecondRow = false>
+template <int kHeadDim, bool kIsBf16, int kRow = 0>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin);
 // Builds the tensor maps, launches the kernel on `stream` and checks the launch.
-template <int kHeadDim, bool kIsBf16, bool kSecondRow = false>
+template <int kHeadDim, bool kIsBf16, int kRow = 0>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream);
 
 }  // namespace fa::cuda::sm90

@@ -3,6 +3,7 @@
 #include "cuda/sm90/fwd_launch.cuh"
 
 namespace fa::cuda::sm90 {
-FA_SM90_FWD_INSTANTIATE(256, false)
-FA_SM90_FWD_INSTANTIATE(256, true)
+FA_SM90_FWD_INSTANTIATE(256, 0)
+FA_SM90_FWD_INSTANTIATE(256, 1)
+FA_SM90_FWD_INSTANTIATE(256, 2)
 }  // namespace fa::cuda::sm90

@@ -3,6 +3,6 @@
 #include "cuda/sm90/fwd_launch.cuh"
 
 namespace fa::cuda::sm90 {
-FA_SM90_FWD_INSTANTIATE(64, false)
-FA_SM90_FWD_INSTANTIATE(64, true)
+FA_SM90_FWD_INSTANTIATE(64, 0)
+FA_SM90_FWD_INSTANTIATE(64, 1)
 }  // namespace fa::cuda::sm90

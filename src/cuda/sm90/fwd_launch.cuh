@@ -15,16 +15,16 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, bool kSecondRow, bool kVarlen = false,
-          class C = FwdConfig<kHeadDim, kSecondRow>>
+template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false,
+          class C = FwdConfig<kHeadDim, kRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
                                kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
                                C::kSplitProducer>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
-template <int kHeadDim, bool kIsBf16, bool kSecondRow>
+template <int kHeadDim, bool kIsBf16, int kRow>
 std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
   out->prob = p;
   // Causal tile sections: as many (batch, head) pairs as keep their K and V within 24 MiB, about
   // half the H100/H200 L2 (the rest holds Q, O and the other sections' stragglers).
@@ -54,18 +54,18 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16, bool kSecondRow>
+template <int kHeadDim, bool kIsBf16, int kRow>
 std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
-  using C = FwdConfig<kHeadDim, kSecondRow>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
+  using C = FwdConfig<kHeadDim, kRow>;
   if (p.cu_seqlens_q != nullptr && !kSm90FwdVarlen) return "sm90 forward: varlen not enabled in this build";
-  if (!p.mask.none() && p.seqlen_q < C::kSecondRowMaskedBelow)
-    return C::kSecondRowMaskedBelow == kEveryMasked
-               ? std::string("sm90 forward: masked problems take the second row")
-               : "sm90 forward: masked problems below " + std::to_string(C::kSecondRowMaskedBelow) +
-                     " query rows take the second row";
-  if (p.seqlen_k < C::kSecondRowKeysBelow)
-    return "sm90 forward: fewer than " + std::to_string(C::kSecondRowKeysBelow) + " keys take the second row";
+  if (!p.mask.none() && p.seqlen_q < C::kNextRowMaskedBelow)
+    return C::kNextRowMaskedBelow == kEveryMasked
+               ? std::string("sm90 forward: masked problems take the next row")
+               : "sm90 forward: masked problems below " + std::to_string(C::kNextRowMaskedBelow) +
+                     " query rows take the next row";
+  if (p.seqlen_k < C::kNextRowKeysBelow)
+    return "sm90 forward: fewer than " + std::to_string(C::kNextRowKeysBelow) + " keys take the next row";
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -98,11 +98,11 @@ void launch_kernel(const FwdParams& full, cudaStream_t stream) {
   check_launch("sm90 forward");
 }
 
-template <int kHeadDim, bool kIsBf16, bool kSecondRow>
+template <int kHeadDim, bool kIsBf16, int kRow>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
-  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kSecondRow>;
+  using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
   FwdParams full;
-  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kSecondRow>(p, &full);
+  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kRow>(p, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
   // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
   std::unique_ptr<AsyncBuffer> counter;
@@ -114,16 +114,16 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kSecondRow, true>>(full, stream);
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, stream);
   }
   launch_kernel<Kernel>(full, stream);
 }
 
 }  // namespace fa::cuda::sm90
 
-// Explicit instantiation of both 16-bit types for one head dim and row (S: kSecondRow).
-#define FA_SM90_FWD_INSTANTIATE(D, S)                                                  \
-  template std::string fwd_can_implement<D, true, S>(const sm80::FwdParams&, int);   \
-  template std::string fwd_can_implement<D, false, S>(const sm80::FwdParams&, int);  \
-  template void fwd_launch<D, true, S>(const sm80::FwdParams&, cudaStream_t);        \
-  template void fwd_launch<D, false, S>(const sm80::FwdParams&, cudaStream_t);
+// Explicit instantiation of both 16-bit types for one head dim and row (R: kRow).
+#define FA_SM90_FWD_INSTANTIATE(D, R)                                                  \
+  template std::string fwd_can_implement<D, true, R>(const sm80::FwdParams&, int);   \
+  template std::string fwd_can_implement<D, false, R>(const sm80::FwdParams&, int);  \
+  template void fwd_launch<D, true, R>(const sm80::FwdParams&, cudaStream_t);        \
+  template void fwd_launch<D, false, R>(const sm80::FwdParams&, cudaStream_t);

@@ -2,7 +2,9 @@
 """Benchmark driver: flashattn against its peers, forward and backward, in one process.
 
 GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
-timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul.
+timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul; each
+row also has host_us, the host time of one call (calls queued with no sync), and a note flags
+the cells whose host time reaches their GPU time.
 CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
 Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model width fixed
 (heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),
@@ -67,6 +69,21 @@ def time_ms(fn, device) -> float:
         torch.cuda.synchronize()
         return _time_gpu(fn)
     return _time_cpu(fn)
+
+
+def host_us(fn, gpu_ms: float, budget_ms: float = 50.0) -> float:
+    """Host time of one call on CUDA: calls queued back to back with no sync in between (so the
+    GPU runs behind and the host never waits for it), as many as fit `budget_ms` of GPU time
+    (5 to 50). A cell whose host time reaches its GPU time is host-bound: do_bench then times
+    the host path, not the kernels."""
+    n = max(5, min(50, int(budget_ms / max(gpu_ms, 1e-3))))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
 
 
 def flops(op, B, H, S, D, causal) -> float:
@@ -250,13 +267,15 @@ def run(args):
                             if not math.isfinite(err) or err > tol * max(1.0, ref_out.abs().max().item()):
                                 notes.append(f"{impl} hdim={hdim} S={S} causal={causal}: max |diff| to flashattn {err:.3g}")
                         del out
-                        timed = {}
-                        if "fwd" in args.ops:
-                            timed["fwd"] = time_ms(fwd, device)
-                        if "bwd" in args.ops:
-                            timed["bwd"] = time_ms(_bwd_of(fwd, inputs), device)
-                        if "step" in args.ops:
-                            timed["step"] = time_ms(_step_of(fwd, inputs), device)
+                        timed, host = {}, {}
+                        fns = {"fwd": lambda: fwd, "bwd": lambda: _bwd_of(fwd, inputs),
+                               "step": lambda: _step_of(fwd, inputs)}
+                        for op in ("fwd", "bwd", "step"):
+                            if op in args.ops:
+                                fn = fns[op]()
+                                timed[op] = time_ms(fn, device)
+                                if device == "cuda":
+                                    host[op] = host_us(fn, timed[op])
                     except Exception as e:  # a peer that cannot run a shape is left out
                         if impl == "flashattn":
                             raise
@@ -269,7 +288,8 @@ def run(args):
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
-                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
+                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5),
+                               **({"host_us": round(host[op], 1)} if op in host else {})}
                         if impl.startswith("flashattn"):
                             row["kernel"] = kernels[op]
                         if impl == "flashattn_det":
@@ -278,6 +298,10 @@ def run(args):
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
                           + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
                 del q, k, v
+    for r in rows:  # do_bench's figure there is the host path's, not the kernels'
+        if r.get("host_us", 0.0) >= 0.8 * r["ms"] * 1e3:
+            notes.append(f"{r['impl']} {r['op']} hdim={r['hdim']} S={r['seqlen']} causal={r['causal']}: "
+                         f"host-bound ({r['host_us']:.0f} us of host time a call, {r['ms'] * 1e3:.0f} us timed)")
     return rows, notes, list(impls)
 
 

@@ -395,11 +395,23 @@ def _plain_eager(*tensors) -> bool:
     return wrapped is not None and not any(wrapped(t) for t in tensors)
 
 
+def _needs_grad(*tensors) -> bool:
+    """Might autograd see this call: grad mode on with an input that requires grad, or a forward-AD
+    level open (dual tensors need not require grad; the autograd Function then raises that it
+    has no jvp, rather than dropping the tangents)?"""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    return getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+
+
 def attention_fwd(q, k, v, scale: float, softcap: float, causal: bool, wl: int, wr: int, det: bool):
     """(out, lse) of flashattn::fwd with its autograd: the op itself when tracing or under a
-    tensor subclass or mode, the direct path (_EagerAttention) for plain eager calls. Callers
-    have checked q, k and v (check_qkv)."""
+    tensor subclass or mode, the direct path (_EagerAttention) for plain eager calls, and
+    _run_fwd alone for those autograd does not record (inference). Callers have checked q, k
+    and v (check_qkv)."""
     if _plain_eager(q, k, v):
+        if not _needs_grad(q, k, v):
+            return _run_fwd(q, k, v, None, None, 0, 0, scale, softcap, causal, wl, wr)
         return _EagerAttention.apply(q, k, v, scale, softcap, causal, wl, wr, det)
     return fwd(q, k, v, scale, softcap, causal, wl, wr, det)
 
@@ -515,6 +527,8 @@ def varlen_attention_fwd(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: flo
     """(out, lse) of flashattn::varlen_fwd with its autograd, as attention_fwd: the direct path
     for plain eager calls, the op otherwise. Callers have checked the tensors and cu_seqlens."""
     if _plain_eager(q, k, v, cu_q, cu_k):
+        if not _needs_grad(q, k, v):
+            return _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr)
         return _EagerVarlenAttention.apply(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
     return varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
 

@@ -282,6 +282,35 @@ def test_eager_path_matches_op(device, varlen):
         assert not _ops._plain_eager(fq, fq, fq)
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_inference_path_matches(device, varlen):
+    """Calls autograd does not record (no_grad, inference_mode, inputs without requires_grad)
+    skip the autograd Function: the same outputs, bitwise, and outputs that require no grad.
+    An open forward-AD level still takes the Function, which refuses dual tensors."""
+    import torch.autograd.forward_ad as fwAD
+
+    from flashattn import _ops
+
+    q, k, v, *rest = _op_inputs(device, varlen=varlen)
+    eager = _ops.varlen_attention_fwd if varlen else _ops.attention_fwd
+    ref_out, ref_lse = eager(q, k, v, *rest)
+    assert ref_out.requires_grad
+    assert not _ops._needs_grad(q.detach(), k.detach(), v.detach())
+    for ctx in (torch.no_grad, torch.inference_mode):
+        with ctx():
+            assert not _ops._needs_grad(q, k, v)
+            out, lse = eager(q, k, v, *rest)
+        assert not out.requires_grad
+        assert torch.equal(out, ref_out.detach()) and torch.equal(lse, ref_lse)
+    out, _ = eager(q.detach(), k.detach(), v.detach(), *rest)
+    assert not out.requires_grad and torch.equal(out, ref_out.detach())
+    with fwAD.dual_level():
+        qd = fwAD.make_dual(q.detach(), torch.randn_like(q))
+        assert _ops._needs_grad(qd, k.detach(), v.detach())
+        with pytest.raises(NotImplementedError, match="jvp"):
+            eager(qd, k.detach(), v.detach(), *rest)
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

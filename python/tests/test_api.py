@@ -282,6 +282,7 @@ def test_eager_path_matches_op(device, varlen):
         assert not _ops._plain_eager(fq, fq, fq)
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's forward-AD module scripts a helper
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_inference_path_matches(device, varlen):
     """Calls autograd does not record (no_grad, inference_mode, inputs without requires_grad)

@@ -38,6 +38,8 @@ try:
 except ImportError:
     sys.path.insert(0, str(ROOT / "python"))
     import flashattn
+sys.path.insert(0, str(ROOT / "bench"))
+import host_cost  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -72,18 +74,10 @@ def time_ms(fn, device) -> float:
 
 
 def host_us(fn, gpu_ms: float, budget_ms: float = 50.0) -> float:
-    """Host time of one call on CUDA: calls queued back to back with no sync in between (so the
-    GPU runs behind and the host never waits for it), as many as fit `budget_ms` of GPU time
-    (5 to 50). A cell whose host time reaches its GPU time is host-bound: do_bench then times
-    the host path, not the kernels."""
-    n = max(5, min(50, int(budget_ms / max(gpu_ms, 1e-3))))
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
+    """Host time of one call on CUDA (bench/host_cost.py's measure, the function already warm),
+    over as many calls as fit `budget_ms` of GPU time (5 to 50). A cell whose host time reaches
+    its GPU time is host-bound: do_bench then times the host path, not the kernels."""
+    return host_cost.host_us(fn, n=max(5, min(50, int(budget_ms / max(gpu_ms, 1e-3)))), warmup=0)
 
 
 def flops(op, B, H, S, D, causal) -> float:

@@ -31,8 +31,9 @@ import flashattn  # noqa: E402
 from flashattn import _lib, _ops  # noqa: E402
 
 
-def host_us(fn, n=200) -> float:
-    for _ in range(10):
+def host_us(fn, n=200, warmup=10) -> float:
+    """Host time of one call: n calls queued with no sync between them (the GPU runs behind)."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import struct
 import threading
 from pathlib import Path
 
@@ -95,6 +96,62 @@ class FaBwdParams(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
     ]
+
+
+class FlatLayout:
+    """A ctypes Structure's leaf fields, nested structs flattened, as one struct.Struct.
+
+    `pack(cls_instance_or_buffer, *values)` writes every leaf in `names` order in one call,
+    where setting the fields one attribute at a time costs a few microseconds a struct (the
+    host time of a short attention call). Derived from `_fields_`, so it cannot drift from the
+    mirror above; the offsets are checked against ctypes' own.
+    """
+
+    def __init__(self, cls):
+        names, fmt = [], "@"
+        for name, offset, ctype in _leaves(cls, "", 0):
+            code = ctype._type_
+            at = struct.calcsize(fmt + code) - ctypes.sizeof(ctype)  # where '@' alignment puts it
+            if at < offset:
+                fmt += f"{offset - at}x"
+                at = struct.calcsize(fmt + code) - ctypes.sizeof(ctype)
+            if at != offset:
+                raise ImportError(f"flashattn: {cls.__name__}.{name} at {offset}, packed at {at}")
+            fmt += code
+            names.append(name)
+        tail = ctypes.sizeof(cls) - struct.calcsize(fmt)
+        self.struct = struct.Struct(fmt + (f"{tail}x" if tail > 0 else ""))
+        if self.struct.size != ctypes.sizeof(cls):
+            raise ImportError(f"flashattn: {cls.__name__} is {ctypes.sizeof(cls)} bytes, packed {self.struct.size}")
+        self.names = tuple(names)
+        self.cls = cls
+
+    def pack(self, *values):
+        """A new instance of the Structure with its leaves set to `values` (pointers as ints)."""
+        out = self.cls()
+        try:
+            self.struct.pack_into(out, 0, *values)
+        except (struct.error, OverflowError) as e:  # name the field, as a C caller would see it
+            for name, code, value in zip(self.names, self.struct.format.lstrip("@").replace("x", ""), values):
+                try:
+                    struct.pack("@" + code, value)
+                except (struct.error, OverflowError):
+                    raise ValueError(f"flashattn: {name} = {value!r} does not fit the library's field: {e}") from None
+            raise
+        return out
+
+
+def _leaves(cls, prefix, base):
+    for name, ctype in cls._fields_:
+        offset = base + getattr(cls, name).offset
+        if issubclass(ctype, ctypes.Structure):
+            yield from _leaves(ctype, f"{prefix}{name}.", offset)
+        else:
+            yield f"{prefix}{name}", offset, ctype
+
+
+FWD_LAYOUT = FlatLayout(FaFwdParams)
+BWD_LAYOUT = FlatLayout(FaBwdParams)
 
 
 class FaDeviceInfo(ctypes.Structure):

@@ -37,47 +37,52 @@ def _check_tensor(t, name: str) -> None:
 
 
 def check_qkv(q, k, v, varlen: bool) -> None:
-    """Checks types, dtypes, devices, ranks, shapes and last-dim strides of q, k, v."""
+    """Checks types, dtypes, devices, ranks, shapes and last-dim strides of q, k, v.
+
+    Written for the host time of a short call: each property is read once, and the loops over
+    the three tensors that name the offending one run only when a check has failed.
+    """
     for t, n in ((q, "q"), (k, "k"), (v, "v")):
         _check_tensor(t, n)
-    if q.dtype not in _DTYPES:
-        raise TypeError(f"flashattn: q has dtype {q.dtype}; supported are {_DTYPE_NAMES}")
-    for t, n in ((k, "k"), (v, "v")):
-        if t.dtype != q.dtype:
-            raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {q.dtype}; q, k and v must share one dtype")
-    for t, n in ((k, "k"), (v, "v")):
-        if t.device != q.device:
-            raise ValueError(f"flashattn: {n} is on {t.device} but q is on {q.device}; q, k and v must be on one device")
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"flashattn: tensors on {q.device} are not supported (cpu or cuda)")
+    dtype = q.dtype
+    if dtype not in _DTYPES:
+        raise TypeError(f"flashattn: q has dtype {dtype}; supported are {_DTYPE_NAMES}")
+    if k.dtype != dtype or v.dtype != dtype:
+        for t, n in ((k, "k"), (v, "v")):
+            if t.dtype != dtype:
+                raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {dtype}; q, k and v must share one dtype")
+    device = q.device
+    if k.device != device or v.device != device:
+        for t, n in ((k, "k"), (v, "v")):
+            if t.device != device:
+                raise ValueError(f"flashattn: {n} is on {t.device} but q is on {device}; q, k and v must be on one device")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"flashattn: tensors on {device} are not supported (cpu or cuda)")
+    qs, ks, vs = q.shape, k.shape, v.shape
     rank = 3 if varlen else 4
-    layout = "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]"
-    for t, n in ((q, "q"), (k, "k"), (v, "v")):
-        if t.dim() != rank:
-            raise ValueError(f"flashattn: {n} must be a {rank}-d tensor {layout}, got shape {tuple(t.shape)}")
-    if not varlen and not (q.shape[0] == k.shape[0] == v.shape[0]):
+    if len(qs) != rank or len(ks) != rank or len(vs) != rank:
+        layout = "[total, heads, head_dim]" if varlen else "[batch, seqlen, heads, head_dim]"
+        for s, n in ((qs, "q"), (ks, "k"), (vs, "v")):
+            if len(s) != rank:
+                raise ValueError(f"flashattn: {n} must be a {rank}-d tensor {layout}, got shape {tuple(s)}")
+    if not varlen and not (qs[0] == ks[0] == vs[0]):
+        raise ValueError(f"flashattn: batch sizes differ: q {tuple(qs)}, k {tuple(ks)}, v {tuple(vs)}")
+    if ks[:-1] != vs[:-1]:
         raise ValueError(
-            f"flashattn: batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            f"flashattn: k and v must agree in all but the last dimension, got k {tuple(ks)} and v {tuple(vs)}"
         )
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"flashattn: k and v must agree in all but the last dimension, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"flashattn: q and k must have the same head_dim, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    hq, hkv = q.shape[-2], k.shape[-2]
+    if ks[-1] != qs[-1]:
+        raise ValueError(f"flashattn: q and k must have the same head_dim, got q {tuple(qs)} and k {tuple(ks)}")
+    hq, hkv = qs[-2], ks[-2]
     if hkv == 0 or hq % hkv != 0:
-        raise ValueError(
-            f"flashattn: the heads of q ({hq}) must be a multiple of the heads of k and v ({hkv})"
-        )
-    for t, n in ((q, "q"), (k, "k"), (v, "v")):
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(
-                f"flashattn: {n} must have a contiguous last dimension (stride 1), got strides {tuple(t.stride())}; "
-                f"call {n}.contiguous() or pass a view whose head_dim is innermost"
-            )
+        raise ValueError(f"flashattn: the heads of q ({hq}) must be a multiple of the heads of k and v ({hkv})")
+    if (q.stride(-1) != 1 and qs[-1] > 1) or (k.stride(-1) != 1 and ks[-1] > 1) or (v.stride(-1) != 1 and vs[-1] > 1):
+        for t, n in ((q, "q"), (k, "k"), (v, "v")):
+            if t.shape[-1] > 1 and t.stride(-1) != 1:
+                raise ValueError(
+                    f"flashattn: {n} must have a contiguous last dimension (stride 1), got strides {tuple(t.stride())}; "
+                    f"call {n}.contiguous() or pass a view whose head_dim is innermost"
+                )
 
 
 def check_cu_seqlens(q, cu_q, cu_k, max_q, max_k) -> None:
@@ -135,11 +140,12 @@ def grad_input(t: Tensor) -> Tensor:
 # Filling the C structs.
 
 
-def _view(t: Tensor, varlen: bool) -> _lib.FaTensor:
+def _view(t: Tensor, varlen: bool) -> tuple:
+    """The FaTensor leaves of t: data pointer, batch, row, head and dim strides."""
     s = t.stride()
     if varlen:
-        return _lib.FaTensor(t.data_ptr(), 0, s[0], s[1], 1)
-    return _lib.FaTensor(t.data_ptr(), s[0], s[1], s[2], 1)
+        return t.data_ptr(), 0, s[0], s[1], 1
+    return t.data_ptr(), s[0], s[1], s[2], 1
 
 
 def _device(t: Tensor):
@@ -158,35 +164,36 @@ def _device(t: Tensor):
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_FWD_SIZE = ctypes.sizeof(_lib.FaFwdParams)
+_BWD_SIZE = ctypes.sizeof(_lib.FaBwdParams)
+
+
+def _fwd_leaves(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
+    """(the leaves of FaFwdParams in _lib.FWD_LAYOUT.names order, stream handle)."""
+    varlen = cu_q is not None
+    device, stream = _device(q)
+    qs, ks = q.shape, k.shape
+    if varlen:
+        batch, seqlen_q, seqlen_k = cu_q.shape[0] - 1, max_q, max_k
+        total_q, total_k, cu_q_ptr, cu_k_ptr = qs[0], ks[0], cu_q.data_ptr(), cu_k.data_ptr()
+    else:
+        batch, seqlen_q, seqlen_k = qs[0], qs[1], ks[1]
+        total_q = total_k = cu_q_ptr = cu_k_ptr = 0
+    threads = torch.get_num_threads() if device == _lib.DEVICE_CPU else 0
+    leaves = (
+        _FWD_SIZE, device, _DTYPES[q.dtype], _lib.ALGORITHM_AUTO,
+        batch, seqlen_q, seqlen_k, qs[-2], ks[-2], qs[-1], v.shape[-1],
+        *_view(q, varlen), *_view(k, varlen), *_view(v, varlen), *_view(out, varlen),
+        lse.data_ptr(), scale, softcap, 1 if causal else 0, 1 if det else 0, wl, wr,
+        cu_q_ptr, cu_k_ptr, total_q, total_k, threads, 0,
+    )  # fmt: skip
+    return leaves, stream
 
 
 def _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
-    varlen = cu_q is not None
-    device, stream = _device(q)
-    p = _lib.FaFwdParams()
-    p.struct_size = ctypes.sizeof(_lib.FaFwdParams)
-    p.device = device
-    p.dtype = _DTYPES[q.dtype]
-    p.algorithm = _lib.ALGORITHM_AUTO
-    if varlen:
-        p.batch = cu_q.shape[0] - 1
-        p.seqlen_q, p.seqlen_k = max_q, max_k
-        p.total_q, p.total_k = q.shape[0], k.shape[0]
-        p.cu_seqlens_q, p.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
-    else:
-        p.batch, p.seqlen_q = q.shape[0], q.shape[1]
-        p.seqlen_k = k.shape[1]
-    p.heads_q, p.heads_kv = q.shape[-2], k.shape[-2]
-    p.head_dim, p.head_dim_v = q.shape[-1], v.shape[-1]
-    p.q, p.k, p.v, p.o = (_view(t, varlen) for t in (q, k, v, out))
-    p.lse = lse.data_ptr()
-    p.scale = scale
-    p.softcap = softcap
-    p.causal = 1 if causal else 0
-    p.deterministic = 1 if det else 0
-    p.window_left, p.window_right = wl, wr
-    p.num_threads = torch.get_num_threads() if device == _lib.DEVICE_CPU else 0
-    return p, stream
+    """(FaFwdParams of the problem, stream handle)."""
+    leaves, stream = _fwd_leaves(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
+    return _lib.FWD_LAYOUT.pack(*leaves), stream
 
 
 def _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr):
@@ -236,11 +243,11 @@ def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, 
     if poison_outputs:
         for t in (dq, dk, dv):
             t.fill_(float("nan"))
-    fp, stream = _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
-    b = _lib.FaBwdParams()
-    b.struct_size = ctypes.sizeof(_lib.FaBwdParams)
-    b.fwd = fp
-    b.dout, b.dq, b.dk, b.dv = (_view(t, varlen) for t in (dout, dq, dk, dv))
+    fwd_leaves, stream = _fwd_leaves(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
+    b = _lib.BWD_LAYOUT.pack(
+        _BWD_SIZE, 0, *fwd_leaves,
+        *_view(dout, varlen), *_view(dq, varlen), *_view(dk, varlen), *_view(dv, varlen), 0, 0,
+    )  # fmt: skip
     L = _lib.lib()
     nbytes = ctypes.c_size_t(0)
     _lib.check(L.fa_bwd_workspace_size(ctypes.byref(b), ctypes.byref(nbytes)), "fa_bwd_workspace_size")
@@ -276,9 +283,9 @@ def _kernel_name(op, q, k, v, scale, softcap, causal, window_left, window_right)
         params, can, name_of = p, L.fa_can_implement_fwd, L.fa_fwd_kernel_name
     else:  # the gradients' views only need valid shapes: q, k, v and out stand in for them
         params = _lib.FaBwdParams()
-        params.struct_size = ctypes.sizeof(_lib.FaBwdParams)
+        params.struct_size = _BWD_SIZE
         params.fwd = p
-        params.dout, params.dq, params.dk, params.dv = (_view(t, False) for t in (out, q, k, v))
+        params.dout, params.dq, params.dk, params.dv = (_lib.FaTensor(*_view(t, False)) for t in (out, q, k, v))
         can, name_of = L.fa_can_implement_bwd, L.fa_bwd_kernel_name
     _lib.check(can(ctypes.byref(params)), f"fa_can_implement_{op}")
     name = name_of(ctypes.byref(params))

@@ -312,6 +312,73 @@ def test_inference_path_matches(device, varlen):
             eager(qd, k.detach(), v.detach(), *rest)
 
 
+def _params_by_field(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det, device):
+    """FaFwdParams filled one named field at a time: the oracle for the packed fill."""
+    import ctypes
+
+    from flashattn import _lib
+
+    def view(t):
+        s = t.stride()
+        return _lib.FaTensor(t.data_ptr(), 0, s[0], s[1], 1) if cu_q is not None else \
+            _lib.FaTensor(t.data_ptr(), s[0], s[1], s[2], 1)
+
+    p = _lib.FaFwdParams()
+    p.struct_size = ctypes.sizeof(p)
+    p.device = device
+    p.dtype = {torch.float32: _lib.DTYPE_FP32, torch.bfloat16: _lib.DTYPE_BF16}[q.dtype]
+    p.algorithm = _lib.ALGORITHM_AUTO
+    if cu_q is not None:
+        p.batch, p.seqlen_q, p.seqlen_k = cu_q.shape[0] - 1, max_q, max_k
+        p.total_q, p.total_k = q.shape[0], k.shape[0]
+        p.cu_seqlens_q, p.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+    else:
+        p.batch, p.seqlen_q, p.seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    p.q, p.k, p.v, p.o = (view(t) for t in (q, k, v, out))
+    p.lse = lse.data_ptr()
+    p.scale, p.softcap, p.causal, p.deterministic = scale, softcap, int(causal), int(det)
+    p.window_left, p.window_right = wl, wr
+    p.num_threads = torch.get_num_threads() if device == _lib.DEVICE_CPU else 0
+    return p
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_params_packed_as_by_field(device, varlen):
+    """The params structs are packed in one struct.pack_into (host time); every byte equals the
+    struct filled field by field, forward and backward, and a value that does not fit its C
+    field is refused by name."""
+    import ctypes
+
+    from flashattn import _lib, _ops
+
+    q, k, v, *rest = _op_inputs(device, varlen=varlen)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    if varlen:
+        extra = tuple(rest[:4])
+        out, lse = torch.empty_like(q), torch.empty(q.shape[1], q.shape[0], device=q.device)
+    else:
+        extra = (None, None, 0, 0)
+        out = torch.empty_like(q).transpose(1, 2).contiguous().transpose(1, 2)  # a BHSD-ordered output
+        lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device)
+    args = (q, k, v, out, lse, *extra, 0.125, 30.0, True, 5, 0, True)
+    packed, _ = _ops._fill_fwd(*args)
+    ref = _params_by_field(*args, device=_ops._device(q)[0])
+    assert bytes(packed) == bytes(ref)
+
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    b = _lib.FaBwdParams()
+    b.struct_size = ctypes.sizeof(b)
+    b.fwd = ref
+    b.dout, b.dq, b.dk, b.dv = (_lib.FaTensor(*_ops._view(t, varlen)) for t in (out, dq, dk, dv))
+    leaves, _ = _ops._fwd_leaves(*args)
+    views = [x for t in (out, dq, dk, dv) for x in _ops._view(t, varlen)]
+    assert bytes(_lib.BWD_LAYOUT.pack(ctypes.sizeof(b), 0, *leaves, *views, 0, 0)) == bytes(b)
+
+    with pytest.raises(ValueError, match=r"flashattn: window_left = 36893488147419103232 does not fit"):
+        _ops._fill_fwd(*args[:12], 2**65, 0, True)
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

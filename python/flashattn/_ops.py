@@ -212,26 +212,30 @@ def _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr):
 
 
 def check_bwd(dout, q, v, out, lse, varlen: bool) -> None:
-    """The backward's extra inputs must match the forward problem (the library reads them blind)."""
+    """The backward's extra inputs must match the forward problem (the library reads them blind).
+    Each property is read once; the loops that name the offending tensor run only on failure."""
     for t, n in ((dout, "dout"), (out, "out"), (lse, "lse")):
         _check_tensor(t, n)
-    o_shape = tuple(q.shape[:-1]) + (v.shape[-1],)
-    for t, n in ((dout, "dout"), (out, "out")):
-        if tuple(t.shape) != o_shape:
-            raise ValueError(f"flashattn: {n} must have shape {o_shape}, got {tuple(t.shape)}")
-        if t.dtype != q.dtype:
-            raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {q.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"flashattn: {n} is on {t.device} but q is on {q.device}")
-    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
-    if tuple(lse.shape) != tuple(lse_shape) or lse.dtype != torch.float32 or lse.device != q.device:
+    qs, dtype, device = q.shape, q.dtype, q.device
+    o_shape = tuple(qs[:-1]) + (v.shape[-1],)
+    if dout.shape != o_shape or out.shape != o_shape or dout.dtype != dtype or out.dtype != dtype \
+            or dout.device != device or out.device != device:
+        for t, n in ((dout, "dout"), (out, "out")):
+            if tuple(t.shape) != o_shape:
+                raise ValueError(f"flashattn: {n} must have shape {o_shape}, got {tuple(t.shape)}")
+            if t.dtype != dtype:
+                raise TypeError(f"flashattn: {n} has dtype {t.dtype} but q has {dtype}")
+            if t.device != device:
+                raise ValueError(f"flashattn: {n} is on {t.device} but q is on {device}")
+    lse_shape = (qs[1], qs[0]) if varlen else (qs[0], qs[2], qs[1])
+    if lse.shape != lse_shape or lse.dtype != torch.float32 or lse.device != device:
         raise ValueError(
-            f"flashattn: lse must be a torch.float32 tensor of shape {tuple(lse_shape)} on {q.device}, "
+            f"flashattn: lse must be a torch.float32 tensor of shape {lse_shape} on {device}, "
             f"got {lse.dtype} {tuple(lse.shape)} on {lse.device}"
         )
     if not lse.is_contiguous():
         raise ValueError("flashattn: lse must be contiguous")
-    if out.shape[-1] > 1 and out.stride(-1) != 1:
+    if o_shape[-1] > 1 and out.stride(-1) != 1:
         raise ValueError(f"flashattn: out must have a contiguous last dimension, got strides {tuple(out.stride())}")
 
 
@@ -367,6 +371,25 @@ def _fwd_backward(ctx, dout, dlse):
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
 
+def _once_differentiable(backward):
+    """torch.autograd.function.once_differentiable, paid for only where it guards something.
+
+    The backward of these Functions is not itself differentiable. torch's wrapper enforces that
+    (a gradient computed with create_graph=True raises when differentiated) but runs every
+    backward under a no_grad context, which costs more host time than the library's own call
+    setup. Without create_graph autograd runs the backward with grad mode off, so there is
+    nothing to guard: the wrapper is taken only when grad mode is on.
+    """
+    guarded = torch.autograd.function.once_differentiable(backward)
+
+    def wrapper(ctx, *grads):
+        if torch.is_grad_enabled():
+            return guarded(ctx, *grads)
+        return backward(ctx, *grads)
+
+    return wrapper
+
+
 class _EagerAttention(torch.autograd.Function):
     """flashattn::fwd and its autograd without the op layer, for eager calls on plain tensors.
 
@@ -383,7 +406,7 @@ class _EagerAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_once_differentiable
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, None, None, 0, 0, *ctx.args)
@@ -522,7 +545,7 @@ class _EagerVarlenAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @_once_differentiable
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, cu_q, cu_k, *ctx.args)

@@ -379,6 +379,28 @@ def test_params_packed_as_by_field(device, varlen):
         _ops._fill_fwd(*args[:12], 2**65, 0, True)
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_backward_not_differentiable(device, varlen):
+    """The eager backward skips torch's once_differentiable wrapper unless grad mode is on in it;
+    with create_graph=True the gradient still refuses to be differentiated, and without it the
+    gradients are those of the op."""
+    from flashattn import _ops
+
+    q, k, v, *rest = _op_inputs(device, varlen=varlen)
+    eager = _ops.varlen_attention_fwd if varlen else _ops.attention_fwd
+    out, _ = eager(q, k, v, *rest)
+    dout = torch.randn_like(out)
+    (dq,) = torch.autograd.grad(out, (q,), dout.requires_grad_(), create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dq.sum().backward()
+    op = torch.ops.flashattn.varlen_fwd if varlen else torch.ops.flashattn.fwd
+    dout = dout.detach()
+    ref = torch.autograd.grad(op(q, k, v, *rest)[0], (q, k, v), dout)
+    got = torch.autograd.grad(eager(q, k, v, *rest)[0], (q, k, v), dout)
+    for a, b in zip(got, ref):
+        assert not a.requires_grad and torch.equal(a, b)
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -116,6 +116,8 @@ def alloc_like(ref: Tensor, shape, dtype=None) -> Tensor:
     outermost, ties in index order). So an output mirrors a BSHD or a transposed BHSD input.
     """
     if ref.is_contiguous():  # the common case, without the sort
+        if dtype is None and shape == ref.shape:
+            return torch.empty_like(ref)  # a third of torch.empty's host time: no shape to parse
         return torch.empty(shape, dtype=dtype or ref.dtype, device=ref.device)
     n = len(shape)
     strides = ref.stride()
@@ -360,9 +362,13 @@ def _fwd_setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.args = (scale, softcap, causal, wl, wr, det)
     ctx.mark_non_differentiable(lse)
+    # lse has no gradient; without this autograd would fill a zero one for every backward call.
+    ctx.set_materialize_grads(False)
 
 
 def _fwd_backward(ctx, dout, dlse):
+    if dout is None:  # out's gradient undefined (grads are not materialized): none for the inputs
+        return (None,) * 9
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = bwd(grad_input(dout), q, k, v, out, lse, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None
@@ -408,8 +414,10 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     @_once_differentiable
     def backward(ctx, dout, dlse):
+        if dout is None:
+            return (None,) * 9
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, None, None, 0, 0, *ctx.args)
+        dq, dk, dv = _run_bwd(dout, q, k, v, out, lse, None, None, 0, 0, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -523,9 +531,13 @@ def _varlen_fwd_setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.args = (max_q, max_k, scale, softcap, causal, wl, wr, det)
     ctx.mark_non_differentiable(lse)
+    # lse has no gradient; without this autograd would fill a zero one for every backward call.
+    ctx.set_materialize_grads(False)
 
 
 def _varlen_fwd_backward(ctx, dout, dlse):
+    if dout is None:
+        return (None,) * 13
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     dq, dk, dv = varlen_bwd(grad_input(dout), q, k, v, out, lse, cu_q, cu_k, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
@@ -547,8 +559,10 @@ class _EagerVarlenAttention(torch.autograd.Function):
     @staticmethod
     @_once_differentiable
     def backward(ctx, dout, dlse):
+        if dout is None:
+            return (None,) * 13
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = _run_bwd(grad_input(dout), q, k, v, out, lse, cu_q, cu_k, *ctx.args)
+        dq, dk, dv = _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 

@@ -401,6 +401,40 @@ def test_backward_not_differentiable(device, varlen):
         assert not a.requires_grad and torch.equal(a, b)
 
 
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_lse_grad_not_materialized(device, varlen, monkeypatch):
+    """lse has no gradient, and autograd does not fill a zero one for every backward call
+    (set_materialize_grads(False)): the eager backward gets None for it. An out whose
+    gradient is cut downstream leaves the inputs without one, on both paths."""
+    from flashattn import _ops
+
+    class Cut(torch.autograd.Function):  # x passed through, its gradient cut
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+
+    cls = _ops._EagerVarlenAttention if varlen else _ops._EagerAttention
+    body, seen = cls.backward, []
+
+    def spy(ctx, dout, dlse):
+        seen.append(dlse)
+        return body(ctx, dout, dlse)
+
+    monkeypatch.setattr(cls, "backward", staticmethod(spy))
+    q, k, v, *rest = _op_inputs(device, varlen=varlen)
+    out, _ = (_ops.varlen_attention_fwd if varlen else _ops.attention_fwd)(q, k, v, *rest)
+    (dq,) = torch.autograd.grad(out, (q,), torch.ones_like(out))
+    assert seen == [None] and dq.shape == q.shape
+    op = torch.ops.flashattn.varlen_fwd if varlen else torch.ops.flashattn.fwd
+    for fwd in ((_ops.varlen_attention_fwd if varlen else _ops.attention_fwd), op):
+        Cut.apply(fwd(q, k, v, *rest)[0]).sum().backward()
+        assert q.grad is None and k.grad is None and v.grad is None
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -108,7 +108,7 @@ class FlatLayout:
     """
 
     def __init__(self, cls):
-        names, fmt = [], "@"
+        names, codes, fmt = [], [], "@"
         for name, offset, ctype in _leaves(cls, "", 0):
             code = ctype._type_
             at = struct.calcsize(fmt + code) - ctypes.sizeof(ctype)  # where '@' alignment puts it
@@ -119,11 +119,13 @@ class FlatLayout:
                 raise ImportError(f"flashattn: {cls.__name__}.{name} at {offset}, packed at {at}")
             fmt += code
             names.append(name)
+            codes.append(code)
         tail = ctypes.sizeof(cls) - struct.calcsize(fmt)
         self.struct = struct.Struct(fmt + (f"{tail}x" if tail > 0 else ""))
         if self.struct.size != ctypes.sizeof(cls):
             raise ImportError(f"flashattn: {cls.__name__} is {ctypes.sizeof(cls)} bytes, packed {self.struct.size}")
         self.names = tuple(names)
+        self.codes = tuple(codes)
         self.cls = cls
 
     def pack(self, *values):
@@ -132,7 +134,7 @@ class FlatLayout:
         try:
             self.struct.pack_into(out, 0, *values)
         except (struct.error, OverflowError) as e:  # name the field, as a C caller would see it
-            for name, code, value in zip(self.names, self.struct.format.lstrip("@").replace("x", ""), values):
+            for name, code, value in zip(self.names, self.codes, values):
                 try:
                     struct.pack("@" + code, value)
                 except (struct.error, OverflowError):

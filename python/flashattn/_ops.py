@@ -109,16 +109,17 @@ def check_cu_seqlens(q, cu_q, cu_k, max_q, max_k) -> None:
 # Allocation: outputs follow the memory order of the tensor they mirror.
 
 
-def alloc_like(ref: Tensor, shape, dtype=None) -> Tensor:
-    """An uninitialised dense tensor of `shape` laid out in the stride order of `ref`.
+def alloc_like(ref: Tensor, shape=None, dtype=None) -> Tensor:
+    """An uninitialised dense tensor of `shape` (None: ref's) laid out in the stride order of `ref`.
 
     The last dimension stays innermost; the others are ordered as in `ref` (largest stride
     outermost, ties in index order). So an output mirrors a BSHD or a transposed BHSD input.
     """
     if ref.is_contiguous():  # the common case, without the sort
-        if dtype is None and shape == ref.shape:
-            return torch.empty_like(ref)  # a third of torch.empty's host time: no shape to parse
-        return torch.empty(shape, dtype=dtype or ref.dtype, device=ref.device)
+        if shape is None and dtype is None:  # a third of torch.empty's host time: no shape to parse
+            return torch.empty_like(ref, memory_format=torch.contiguous_format)
+        return torch.empty(ref.shape if shape is None else shape, dtype=dtype or ref.dtype, device=ref.device)
+    shape = ref.shape if shape is None else shape
     n = len(shape)
     strides = ref.stride()
     outer = sorted(range(n - 1), key=lambda d: -strides[d])
@@ -200,7 +201,8 @@ def _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causa
 
 def _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr):
     varlen = cu_q is not None
-    out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    dv = v.shape[-1]
+    out = alloc_like(q) if dv == q.shape[-1] else alloc_like(q, tuple(q.shape[:-1]) + (dv,))
     if varlen:
         lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     else:
@@ -245,7 +247,7 @@ def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, 
     varlen = cu_q is not None
     check_bwd(dout, q, v, out, lse, varlen)
     dout = grad_input(dout)
-    dq, dk, dv = alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+    dq, dk, dv = alloc_like(q), alloc_like(k), alloc_like(v)
     if poison_outputs:
         for t in (dq, dk, dv):
             t.fill_(float("nan"))
@@ -353,7 +355,7 @@ def bwd(
 def _bwd_fake(dout, q, k, v, out, lse, scale, softcap, causal, window_left, window_right, deterministic):
     check_qkv(q, k, v, varlen=False)
     check_bwd(dout, q, v, out, lse, varlen=False)
-    return alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+    return alloc_like(q), alloc_like(k), alloc_like(v)
 
 
 def _fwd_setup_context(ctx, inputs, output):
@@ -522,7 +524,7 @@ def varlen_bwd(
 def _varlen_bwd_fake(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det):
     check_qkv(q, k, v, varlen=True)
     check_bwd(dout, q, v, out, lse, varlen=True)
-    return alloc_like(q, q.shape), alloc_like(k, k.shape), alloc_like(v, v.shape)
+    return alloc_like(q), alloc_like(k), alloc_like(v)
 
 
 def _varlen_fwd_setup_context(ctx, inputs, output):

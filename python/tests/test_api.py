@@ -378,6 +378,19 @@ def test_params_packed_as_by_field(device, varlen):
     with pytest.raises(ValueError, match=r"flashattn: window_left = 36893488147419103232 does not fit"):
         _ops._fill_fwd(*args[:12], 2**65, 0, True)
 
+    class In(ctypes.Structure):  # a layout with padding inside and between the structs
+        _fields_ = [("a", ctypes.c_int32), ("b", ctypes.c_int64)]
+
+    class Out(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_int32), ("inner", In), ("y", ctypes.c_int32), ("z", ctypes.c_int64)]
+
+    layout = _lib.FlatLayout(Out)
+    assert layout.names == ("x", "inner.a", "inner.b", "y", "z")
+    packed = layout.pack(1, 2, 3, 4, 5)
+    assert (packed.x, packed.inner.a, packed.inner.b, packed.y, packed.z) == (1, 2, 3, 4, 5)
+    with pytest.raises(ValueError, match=r"flashattn: z = 1180591620717411303424 does not fit"):
+        layout.pack(1, 2, 3, 4, 2**70)
+
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
 def test_backward_not_differentiable(device, varlen):

@@ -3,8 +3,9 @@
 
 GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
 timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul; each
-row also has host_us, the host time of one call (calls queued with no sync), and a note flags
-the cells whose host time reaches their GPU time.
+row also has host_us, the host time of one call (calls queued with no sync); a row whose host
+time reaches 0.8 of its timed figure gets host_bound: true and a note (printed, and in the
+results file's "notes").
 CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
 Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model width fixed
 (heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),
@@ -292,11 +293,20 @@ def run(args):
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
                           + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
                 del q, k, v
-    for r in rows:  # do_bench's figure there is the host path's, not the kernels'
+    notes += mark_host_bound(rows)
+    return rows, notes, list(impls)
+
+
+def mark_host_bound(rows) -> list:
+    """host_bound: true on the rows whose host time reaches 0.8 of the timed figure (do_bench's
+    figure there is the host path's, not the kernels'); a note for each."""
+    notes = []
+    for r in rows:
         if r.get("host_us", 0.0) >= 0.8 * r["ms"] * 1e3:
+            r["host_bound"] = True
             notes.append(f"{r['impl']} {r['op']} hdim={r['hdim']} S={r['seqlen']} causal={r['causal']}: "
                          f"host-bound ({r['host_us']:.0f} us of host time a call, {r['ms'] * 1e3:.0f} us timed)")
-    return rows, notes, list(impls)
+    return notes
 
 
 def print_table(rows, impls):
@@ -409,7 +419,8 @@ def main(argv=None):
     for n in notes:
         print("note:", n)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(dict(meta, rows=rows, **({"notes": notes} if notes else {})), indent=1)
+                                   + "\n")
     if args.plot:
         plot(rows, impls, args.plot)
 

@@ -36,3 +36,14 @@ def test_bench_driver_cpu_smoke(tmp_path, capsys):
         assert r["kernel"] in ("cpu_flash", "cpu_flash+cpu_flash")
     assert any(r["impl"] == "flashattn_det" and r.get("deterministic") for r in rows)
     assert "| step |" in capsys.readouterr().out
+
+
+def test_host_bound_rows_marked():
+    """A GPU row whose host time reaches 0.8 of its timed figure is flagged in the row itself and
+    gets a note (which the driver writes into the results file); the others are left alone."""
+    rows = [dict(impl="flashattn", op="step", hdim=256, seqlen=512, causal=True, ms=0.612, host_us=500.1),
+            dict(impl="sdpa_cudnn", op="step", hdim=256, seqlen=512, causal=True, ms=0.601, host_us=206.3),
+            dict(impl="flashattn", op="fwd", hdim=64, seqlen=512, causal=False, ms=0.182)]
+    notes = _bench_module().mark_host_bound(rows)
+    assert [r.get("host_bound", False) for r in rows] == [True, False, False]
+    assert notes == ["flashattn step hdim=256 S=512 causal=True: host-bound (500 us of host time a call, 612 us timed)"]

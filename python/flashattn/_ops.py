@@ -423,25 +423,38 @@ class _EagerAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
+# Looked up once: the checks below run on every eager call.
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+_forward_ad = torch.autograd.forward_ad
+
+
 def _plain_eager(*tensors) -> bool:
     """True for plain tensors outside torch.compile / export tracing, dispatch modes and
-    functorch transforms: the calls that need nothing the custom op provides."""
-    if any(type(t) is not Tensor for t in tensors) or torch.compiler.is_compiling():
+    functorch transforms: the calls that need nothing the custom op provides. (Without the
+    torch internals these read, every call takes the op.)"""
+    for t in tensors:
+        if type(t) is not Tensor:
+            return False
+    if _dispatch_stack_len is None or _functorch_wrapped is None:
         return False
-    C = torch._C
-    if not hasattr(C, "_len_torch_dispatch_stack") or C._len_torch_dispatch_stack() > 0:
+    if torch.compiler.is_compiling() or _dispatch_stack_len() > 0:
         return False
-    wrapped = getattr(getattr(C, "_functorch", None), "is_functorch_wrapped_tensor", None)
-    return wrapped is not None and not any(wrapped(t) for t in tensors)
+    for t in tensors:
+        if _functorch_wrapped(t):
+            return False
+    return True
 
 
 def _needs_grad(*tensors) -> bool:
     """Might autograd see this call: grad mode on with an input that requires grad, or a forward-AD
     level open (dual tensors need not require grad; the autograd Function then raises that it
     has no jvp, rather than dropping the tangents)?"""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return True
-    return getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t.requires_grad:
+                return True
+    return getattr(_forward_ad, "_current_level", 0) >= 0
 
 
 def attention_fwd(q, k, v, scale: float, softcap: float, causal: bool, wl: int, wr: int, det: bool):

@@ -448,6 +448,28 @@ def test_lse_grad_not_materialized(device, varlen, monkeypatch):
         assert q.grad is None and k.grad is None and v.grad is None
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # torch's batching fallback
+def test_vmap_takes_the_op(device, monkeypatch):
+    """Under torch.func.vmap the inputs are functorch-wrapped: the eager path must decline them,
+    so the op (with torch's batching fallback) runs, and each slice equals a call of its own."""
+    from flashattn import _ops
+
+    q = torch.randn(3, 1, 9, 2, 16, device=device).to(_dtype(device))
+    assert _ops._plain_eager(q, q, q)
+    seen = []
+    real = _ops._plain_eager
+
+    def spy(*t):
+        seen.append(real(*t))
+        return seen[-1]
+
+    monkeypatch.setattr(_ops, "_plain_eager", spy)
+    out = torch.func.vmap(lambda a: flashattn.flash_attn_func(a, a, a, causal=True))(q)
+    assert seen == [False]
+    for i in range(q.shape[0]):
+        assert torch.equal(out[i], flashattn.flash_attn_func(q[i], q[i], q[i], causal=True))
+
+
 def test_fake_strides_match_real():
     """The fake kernels give the same shapes and strides as the real ones (BHSD-ordered q)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -101,7 +101,7 @@ class FaBwdParams(ctypes.Structure):
 class FlatLayout:
     """A ctypes Structure's leaf fields, nested structs flattened, as one struct.Struct.
 
-    `pack(cls_instance_or_buffer, *values)` writes every leaf in `names` order in one call,
+    `pack(*values)` returns a new instance with every leaf set, in `names` order, in one call,
     where setting the fields one attribute at a time costs a few microseconds a struct (the
     host time of a short attention call). Derived from `_fields_`, so it cannot drift from the
     mirror above; the offsets are checked against ctypes' own.

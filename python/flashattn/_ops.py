@@ -199,6 +199,15 @@ def _fill_fwd(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causa
     return _lib.FWD_LAYOUT.pack(*leaves), stream
 
 
+def _bwd_params(fwd_leaves, dout, dq, dk, dv, varlen: bool):
+    """FaBwdParams of a problem from its forward leaves and the four gradient tensors (no
+    workspace yet)."""
+    return _lib.BWD_LAYOUT.pack(
+        _BWD_SIZE, 0, *fwd_leaves,
+        *_view(dout, varlen), *_view(dq, varlen), *_view(dk, varlen), *_view(dv, varlen), 0, 0,
+    )  # fmt: skip
+
+
 def _run_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr):
     varlen = cu_q is not None
     dv = v.shape[-1]
@@ -252,10 +261,7 @@ def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, 
         for t in (dq, dk, dv):
             t.fill_(float("nan"))
     fwd_leaves, stream = _fwd_leaves(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, wl, wr, det)
-    b = _lib.BWD_LAYOUT.pack(
-        _BWD_SIZE, 0, *fwd_leaves,
-        *_view(dout, varlen), *_view(dq, varlen), *_view(dk, varlen), *_view(dv, varlen), 0, 0,
-    )  # fmt: skip
+    b = _bwd_params(fwd_leaves, dout, dq, dk, dv, varlen)
     L = _lib.lib()
     nbytes = ctypes.c_size_t(0)
     _lib.check(L.fa_bwd_workspace_size(ctypes.byref(b), ctypes.byref(nbytes)), "fa_bwd_workspace_size")
@@ -285,15 +291,13 @@ def _kernel_name(op, q, k, v, scale, softcap, causal, window_left, window_right)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    p, _ = _fill_fwd(q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right, False)
+    leaves, _ = _fwd_leaves(q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right,
+                            False)
     L = _lib.lib()
     if op == "fwd":
-        params, can, name_of = p, L.fa_can_implement_fwd, L.fa_fwd_kernel_name
-    else:  # the gradients' views only need valid shapes: q, k, v and out stand in for them
-        params = _lib.FaBwdParams()
-        params.struct_size = _BWD_SIZE
-        params.fwd = p
-        params.dout, params.dq, params.dk, params.dv = (_lib.FaTensor(*_view(t, False)) for t in (out, q, k, v))
+        params, can, name_of = _lib.FWD_LAYOUT.pack(*leaves), L.fa_can_implement_fwd, L.fa_fwd_kernel_name
+    else:  # the gradients' views only need valid shapes: out, q, k and v stand in for them
+        params = _bwd_params(leaves, out, q, k, v, False)
         can, name_of = L.fa_can_implement_bwd, L.fa_bwd_kernel_name
     _lib.check(can(ctypes.byref(params)), f"fa_can_implement_{op}")
     name = name_of(ctypes.byref(params))

@@ -396,15 +396,18 @@ int mode_check(bool small) {
   return g_failures ? 1 : 0;
 }
 
-// Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode. 512 tokens:
-// 4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes.
+// Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode. Causal at
+// 512 tokens (4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes)
+// and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks).
 int mode_determinism(int64_t D) {
-  const int64_t B = 64, S = 512, H = 4;
+  const int64_t H = 4;
   std::mt19937_64 rng(1234);
   const fa_dtype dt = FA_DTYPE_BF16;
   int bad = 0;
-  for (bool det : {false, true}) {
-    Case c{"determinism", B, S, S, H, H, D, D, {}, {}, true};
+  for (int run = 0; run < 4; ++run) {
+    const bool det = run % 2 == 1, causal = run < 2;
+    const int64_t B = causal ? 64 : 32, S = causal ? 512 : 1024;
+    Case c{"determinism", B, S, S, H, H, D, D, {}, {}, causal};
     c.deterministic = det;
     const int64_t n = B * S * H * D;
     std::vector<float> q = randn(size_t(n), dt, rng), k = randn(size_t(n), dt, rng), v = randn(size_t(n), dt, rng),
@@ -438,8 +441,9 @@ int mode_determinism(int64_t D) {
         else if (now != first[j]) ++diff[j];
       }
     }
-    std::printf("determinism (%s, D %lld, %s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
-                det ? "deterministic" : "default", (long long)D, fa_bwd_kernel_name(&bp), diff[0], diff[1], diff[2]);
+    std::printf("determinism (%s, D %lld, %s, S %lld, %s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
+                det ? "deterministic" : "default", (long long)D, causal ? "causal" : "unmasked", (long long)S,
+                fa_bwd_kernel_name(&bp), diff[0], diff[1], diff[2]);
     if (diff[1] || diff[2] || (det && diff[0])) ++bad;
     for (DevTensor& x : t) x.buf.release();
     lse_d.release();
@@ -465,6 +469,10 @@ int mode_sm90() {
       {"d96_s300_k333", 2, 300, 333, 2, 2, 96, 96, {}, {}, false},
       {"d128_dv72_s200", 1, 200, 190, 2, 2, 128, 72, {}, {}, false},
       {"d64_s1024_k1023", 1, 1024, 1023, 1, 1, 64, 64, {}, {}, false},
+      // unmasked from 1024 query rows at 128: the 80-row q blocks (partial in q and kv; GQA,
+      // D and Dv below the compiled 128, Dv != D)
+      {"q1100_k1050_d128", 1, 1100, 1050, 2, 2, 128, 128, {}, {}, false},
+      {"gqa_q1024_k999_d112", 2, 1024, 999, 4, 2, 112, 104, {}, {}, false},
       {"s130_d256", 1, 130, 130, 2, 2, 256, 256, {}, {}, false},
       {"gqa_q77_k200_d256", 1, 77, 200, 4, 2, 256, 256, {}, {}, false},
       {"mqa_d200_s300_k257", 2, 300, 257, 2, 1, 200, 200, {}, {}, false},

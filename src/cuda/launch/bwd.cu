@@ -41,10 +41,11 @@ const BwdKernelRow& select_row(const Problem& p, const DeviceCaps& caps, const B
 
 size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-// Floats per dQ accumulator row: the head dim, padded to whole 32-column groups (the paired
-// layout), or the kernel's compiled head dim (tiled: every tile whole).
+// Floats per dQ accumulator row: the head dim, padded to whole 32-column groups (the paired and
+// plain layouts: the sm90 kernels' TMA boxes), or the kernel's compiled head dim (tiled: every
+// tile whole).
 int64_t dq_pitch(const Problem& p, const BwdKernelRow& row) {
-  return row.dq_layout == sm80::DqAccumLayout::kPaired ? (p.head_dim + 31) / 32 * 32 : row.head_dim;
+  return row.dq_layout != sm80::DqAccumLayout::kTiled ? (p.head_dim + 31) / 32 * 32 : row.head_dim;
 }
 
 // Rows of a head in the dQ accumulator: the tiled layout pads every sequence by a q block.

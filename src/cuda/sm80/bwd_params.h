@@ -20,6 +20,9 @@ enum class DqAccumLayout : int {
   // from row h·dq_accum_rows + q_start + (b + qb)·dq_tile_rows (q_start: the sequence's first
   // packed row, b·Sq when dense): every q block whole, in the order the kernel's lanes add it.
   kTiled = 2,
+  // sm90 (the transposed dQ GEMM's rows): row (head h, row q) at h·dq_accum_rows + q, column d
+  // at d.
+  kPlain = 3,
 };
 
 struct BwdParams {

@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
 // dQ[row, h, :] = scale · dQ_accum of (row, h), rounded to the storage type, from either layout
 // (BwdParams::dq_accum_layout). Each lane reads 8 columns: kPaired, columns 16J + 8h + 2t + e of
 // a 32-column group as 4 float2 from 8t + 4J + 2h (the 4 lanes of a group read its 128 bytes
-// together); kTiled, 32 contiguous bytes of the row's q-block tile (sm80/dq_tile.h).
+// together); kPlain, its 32 bytes; kTiled, 32 contiguous bytes of the row's q-block tile
+// (sm80/dq_tile.h).
 template <bool kIsBf16, DqAccumLayout kLayout>
 __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_constant__ sm80::BwdParams p,
                                                                int lanes_per_row) {
@@ -117,6 +118,10 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
       const float2 a2 = *reinterpret_cast<const float2*>(g + 16), a3 = *reinterpret_cast<const float2*>(g + 24);
       x = make_float4(a0.x, a0.y, a1.x, a1.y);
       y = make_float4(a2.x, a2.y, a3.x, a3.y);
+    } else if constexpr (kLayout == DqAccumLayout::kPlain) {
+      const float4* a = reinterpret_cast<const float4*>(head + t.row * p.dq_accum_pitch + col);
+      x = a[0];
+      y = a[1];
     } else {
       // The row's sequence b and position s; its tile starts s % rows before it, b tiles on.
       int64_t b, s;
@@ -180,10 +185,10 @@ void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim);
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
-  constexpr auto kPaired = DqAccumLayout::kPaired, kTiled = DqAccumLayout::kTiled;
-  const auto kernel = p.dq_accum_layout == kPaired
-                          ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)
-                          : (bf16 ? &bwd_post_kernel<true, kTiled> : &bwd_post_kernel<false, kTiled>);
+  constexpr auto kPaired = DqAccumLayout::kPaired, kTiled = DqAccumLayout::kTiled, kPlain = DqAccumLayout::kPlain;
+  const auto kernel = p.dq_accum_layout == kPaired  ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)
+                      : p.dq_accum_layout == kPlain ? (bf16 ? &bwd_post_kernel<true, kPlain> : &bwd_post_kernel<false, kPlain>)
+                                                    : (bf16 ? &bwd_post_kernel<true, kTiled> : &bwd_post_kernel<false, kTiled>);
   kernel<<<blocks, kRowThreads, 0, stream>>>(p, lanes);
   check_launch("bwd_post_kernel");
 }

@@ -17,24 +17,38 @@ namespace fa::cuda::sm90 {
 // consumer thread (240 after setmaxnreg) hold dK and dV (2·kHeadDim/2 fp32) plus Sᵀ and dPᵀ
 // (2·kBlockM/2) for the warpgroup's 64 kv rows; the dQ tile (64 x 64, 32 fp32) comes after
 // Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
-// D 128, BM 64; at D 64, BM 128 ptxas serialises the wgmma for want of registers. Shared
-// memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + BM·D·4
-// (the fp32 dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128; BM 128
-// at D 64, 64 at D 128). D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64,
-// the two warpgroups halve the head dim (BwdKernel::kSplitD).
-template <int kHeadDim>
+// D 128, BM 64; at D 64, BM 128 and at D 128, BM 80 ptxas serialises the wgmma for want of
+// registers. Shared memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS,
+// double-buffered) + BM·D·4 (the fp32 dQ tile) + stages·BM·8. Shapes follow the
+// FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked problems, else 64).
+// D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64, the two warpgroups
+// halve the head dim (BwdKernel::kSplitD).
+// Rows: a head dim may have more than one kernel (kRow 0, 1, ...); row r hands the problems it
+// declines to row r + 1 (kernel_table.h), the last row takes what reaches it. At 128 the first
+// row runs 80-row q blocks (a fifth more work a step for the same per-step hand-overs; its dQ
+// GEMM transposed, dQᵀ = Kᵀ·dSᵀ, since 80 rows are no m64 extent) on unmasked problems of at
+// least kMinQueries query rows (80-row blocks pad 512 rows by 9%), the second the 64-row
+// blocks for the rest. kUnmaskedOnly: the row declines masks, softcap and varlen, and is
+// compiled without the mask and softcap passes (BwdKernel::kUnmasked), which is what frees the
+// registers for its 80-row Sᵀ and dPᵀ (with them ptxas serialises its wgmma).
+template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
 template <>
 struct BwdConfig<64> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
+  static constexpr bool kUnmaskedOnly = false;
+  static constexpr int kMinQueries = 0;
 };
-template <>
-struct BwdConfig<128> {  // 194 KiB (198,864 B)
-  static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
-  static constexpr bool kDkAcrossSteps = true;
+template <int kRow>
+struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (198,864 B)
+  static_assert(kRow == 0 || kRow == 1, "two rows at 128");
+  static constexpr int kBlockN = 128, kBlockM = kRow == 0 ? 80 : 64, kStages = 2;
+  static constexpr bool kDkAcrossSteps = kRow == 1;  // at BM 80 ptxas serialises the wgmma (registers)
   static constexpr bool kDqArriveLate = false;
+  static constexpr bool kUnmaskedOnly = kRow == 0;
+  static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;
 };
 
 template <>
@@ -42,20 +56,27 @@ struct BwdConfig<256> {  // 226 KiB (231,648 B)
   static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
+  static constexpr bool kUnmaskedOnly = false;
+  static constexpr int kMinQueries = 0;
 };
 
-template <int kHeadDim>
-inline constexpr int kBwdBlockN = BwdConfig<kHeadDim>::kBlockN;
-template <int kHeadDim>
-inline constexpr int kBwdBlockM = BwdConfig<kHeadDim>::kBlockM;
+template <int kHeadDim, int kRow = 0>
+inline constexpr int kBwdBlockN = BwdConfig<kHeadDim, kRow>::kBlockN;
+template <int kHeadDim, int kRow = 0>
+inline constexpr int kBwdBlockM = BwdConfig<kHeadDim, kRow>::kBlockM;
+// The dQ accumulator layout a row adds into: plain where its dQ GEMM is transposed (its
+// accumulator holds single columns), else paired (sm80/bwd_params.h).
+template <int kHeadDim, int kRow = 0>
+inline constexpr sm80::DqAccumLayout kBwdDqLayout =
+    kBwdBlockM<kHeadDim, kRow> % 64 != 0 ? sm80::DqAccumLayout::kPlain : sm80::DqAccumLayout::kPaired;
 
 // Empty string when the kernel can run p on a device with smem_optin bytes per block (checks the
 // problem fields and builds the tensor maps to validate them); else the reason (dispatch then
 // falls back to sm80).
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, int kRow = 0>
 std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin);
 // Builds the tensor maps, launches the main kernel on `stream` and checks the launch.
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, int kRow = 0>
 void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream);
 
 }  // namespace fa::cuda::sm90

@@ -3,5 +3,6 @@
 #include "cuda/sm90/bwd_launch.cuh"
 
 namespace fa::cuda::sm90 {
-FA_SM90_BWD_INSTANTIATE(128)
+FA_SM90_BWD_INSTANTIATE(128, 0)
+FA_SM90_BWD_INSTANTIATE(128, 1)
 }  // namespace fa::cuda::sm90

@@ -3,5 +3,5 @@
 #include "cuda/sm90/bwd_launch.cuh"
 
 namespace fa::cuda::sm90 {
-FA_SM90_BWD_INSTANTIATE(64)
+FA_SM90_BWD_INSTANTIATE(64, 0)
 }  // namespace fa::cuda::sm90

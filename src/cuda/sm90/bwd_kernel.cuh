@@ -8,7 +8,8 @@
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
 //   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
-//   dQ = dS·K (wgmma from shared memory) stored to a shared fp32 tile;
+//   dQ = dS·K (wgmma from shared memory; 80-row q blocks: dQᵀ = Kᵀ·dSᵀ) stored to a shared
+//   fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
 // (cp.reduce.async.bulk.tensor), in descending kv-block order in the deterministic mode. Head
 // dim 256 runs the split-D schedule instead (consumer_split_d), its dQ tile written into the
@@ -58,7 +59,8 @@ __device__ __forceinline__ int thread_index_per_tile() {
   return x;
 }
 
-template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_>
+template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_,
+          bool kDqArriveLate_, bool kUnmasked_>
 struct BwdKernel {
   using Params = BwdParams;
   using T = typename Storage<kIsBf16_>::type;
@@ -75,7 +77,13 @@ struct BwdKernel {
   // The dQ tile's proxy fence and dq_full arrival come in the next step, once its Sᵀ has landed
   // (the stores are complete by then, so the fence does not wait for them), else right after
   // the stores (BwdConfig).
-  static constexpr bool kDqArriveLate = BwdConfig<kHeadDim_>::kDqArriveLate;
+  static constexpr bool kDqArriveLate = kDqArriveLate_;
+  // Unmasked problems only (no mask, no softcap, dense; bwd_can_implement declines the rest):
+  // no element mask and no softcap pass. Entries past the keys need none there: K and V are
+  // zero-filled, so their Sᵀ, dPᵀ are 0 and P, dS finite, and they reach only the dK and dV
+  // rows past the keys (never stored) and dQ through zero K rows; rows past the queries have
+  // P = 0 (their LSE reads +inf).
+  static constexpr bool kUnmasked = kUnmasked_;
   // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
   // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
   // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs.
@@ -164,9 +172,13 @@ struct BwdKernel {
   static constexpr int kKT = kBlockM / 16;   // k16 steps of dV / dK (over q)
   static constexpr int kDT = kHeadDim / 8;   // n8 chunks of dK / dV
   // dQ = dS·K split between the consumer warpgroups: by q rows when kBlockM = 128 (each
-  // warpgroup 64 rows x kHeadDim), else by columns (64 rows x kHeadDim / 2).
+  // warpgroup 64 rows x kHeadDim), else by columns (64 rows x kHeadDim / 2). A q block that is
+  // no multiple of 64 rows (80: no m64 extent) runs it transposed, dQᵀ = Kᵀ·dSᵀ, each warpgroup
+  // kHeadDim / 2 = 64 rows of d x kBlockM, into the plain accumulator layout (store_dq_transposed).
+  static constexpr bool kDqTransposed = kBlockM % 64 != 0;
   static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
-  static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;
+  static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;  // transposed: its m
+  static constexpr int kDqAccum = kDqTransposed ? kBlockM / 2 : kDqN / 2;             // fp32 a thread
   // Split-D: dQ panel c (32 fp32 columns x kBlockM rows, 8 KiB = one 64-column bf16 panel of a
   // Q or dO stage) of stage `stage`. Warpgroup w's columns 128w .. +127 are panels 4w .. 4w + 3:
   // the first two over Q's panels 2w, 2w + 1, the other two over dO's (only w reads those after
@@ -193,7 +205,8 @@ struct BwdKernel {
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
                 "64 kv rows per consumer warpgroup, or split-D (64 x 64 blocks, head dim halves of panels)");
-  static_assert(kBlockM == 64 || kDqSplitRows, "q block of 64 or 128 rows");
+  static_assert(kBlockM == 64 || kDqSplitRows || (kDqTransposed && !kSplitD && kDqN == 64 && kBlockM % 16 == 0),
+                "q block of 64 or 128 rows, or of a multiple of 16 rows with the dQ GEMM transposed over two 64-column halves");
   static_assert(kSplitD || kDqN % kPanelCols == 0, "dQ column slice of whole panels");
   static_assert(kOffBars % 8 == 0 && kOffDS % kAlign == 0 && kOffDQ % kAlign == 0, "alignment");
   static_assert(!kSplitD || dq_panels_in_own_columns(), "split-D dQ panels over the warpgroup's own Q/dO panels");
@@ -257,6 +270,12 @@ struct BwdKernel {
     const int q_last = min(q0 + kBlockM, w.sq) - 1;
     return static_cast<int>((p.mask.key_end(q_last, w.sq, w.sk) - 1) / kBlockN) - w.kv_block;
   }
+  // A consumer thread's release of a Q/dO stage: every consumer thread arrives (256 a phase), so
+  // that each one's reads of the stage's LSE and D come before the producer rewrites them (one
+  // arrival a warp after __syncwarp measured the same, but racecheck does not see that order).
+  __device__ __forceinline__ static void release_stage(uint64_t* bars, int stage) {
+    SmemBarrier{bars + kBarEmpty + stage}.arrive();
+  }
   // warpgroup:: scope. The dQ tile this thread stored is complete: generic-proxy writes, read by
   // the bulk reduction (async proxy), so the fence comes before the arrival.
   __device__ __forceinline__ static void dq_tile_ready() {
@@ -307,6 +326,24 @@ struct BwdKernel {
       }
     }
   }
+  // warp:: scope. A warp's 16 rows of the transposed dQ accumulator (dQᵀ, m64 x kBlockM; this
+  // thread: d rows d0, d0 + 8, q columns 8i + 2t (+1)) into the dQ tile [q][d] in 32-column
+  // panels of 128-byte rows, plain column order, 16-byte chunks swizzled by q % 8: one 4-byte
+  // store an element, a warp's 32 on 32 distinct banks (d % 32 spans 8 rows' chunks under the
+  // swizzle of 4 q rows).
+  __device__ __forceinline__ static void store_dq_transposed(char* tile, const float (&acc)[kDqAccum], int d0, int t) {
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = 8 * i + 2 * t + (e & 1);
+        const int d = d0 + 8 * (e >> 1);
+        const int c = d % kDqPanelCols;
+        char* row = tile + (d / kDqPanelCols) * kDqPanelBytes + q * kRowBytes;
+        *reinterpret_cast<float*>(row + (((c / 4) ^ (q & 7)) << 4) + (c % 4) * 4) = acc[4 * i + e];
+      }
+    }
+  }
   // The first kLsePre LSE pairs of a thread's columns, read by the caller before it waits for Sᵀ so
   // that their shared-memory latency runs under the GEMM (read after the wait, the first
   // exponentials stalled on them: ~6% of the consumers' stall samples at hdim 128; at hdim 64,
@@ -326,8 +363,8 @@ struct BwdKernel {
                                                   uint64_t* bars, const Steps& w, int tile, uint32_t ring);
 };
 
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16>::decode(const sm80::BwdParams& p, int idx,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::decode(const sm80::BwdParams& p, int idx,
                                                                      Steps& w) {
   // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
   // (causal: the longest tiles of a head first), or in the deterministic mode descending: there
@@ -372,8 +409,8 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16>::decode(const
   return true;
 }
 
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::operator()(const Params& params,
                                                                         char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the work slots and the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -385,8 +422,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
     SmemBarrier{bars + kBarKvFull}.init(1);
     for (int s = 0; s < kStages; ++s) {
       SmemBarrier{bars + kBarFull + s}.init(32);  // the producer warp's lanes
-      // lane 0 of each consumer warp; split-D: the writer, once it has read the dQ tile there
-      SmemBarrier{bars + kBarEmpty + s}.init(kSplitD ? 1 : kConsumerWarps);
+      // every consumer thread (release_stage); split-D: the writer, once it has read the dQ
+      // tile there
+      SmemBarrier{bars + kBarEmpty + s}.init(kSplitD ? 1 : kConsumerThreads);
       if (kSplitD) SmemBarrier{bars + kBarDqFull + s}.init(kConsumerThreads);
     }
     SmemBarrier{bars + kBarKvEmpty}.init(1);  // one consumer thread, once K and V are free
@@ -432,8 +470,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::operator()(c
 // P = dS = 0 there); every lane arrives on full[stage]. K and V load once the previous tile's
 // are free (kv_empty), after the first step's Q and dO: the ring runs on over the tiles, so
 // those load under the previous tile's last step.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::producer(const Params& params, char* smem,
                                                                       uint64_t* bars) {
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -486,12 +524,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
       // that P = 0 there, never NaN.
       const float* lse = p.lse + stat_row(p, w, h);
       const float* dsum = p.dsum + stat_row(p, w, h);
-      float lse_r[kBlockM / 32], dsum_r[kBlockM / 32];
+      constexpr int kRowIters = (kBlockM + 31) / 32;
+      float lse_r[kRowIters], dsum_r[kRowIters];
 #pragma unroll
-      for (int i = 0; i < kBlockM / 32; ++i) {
+      for (int i = 0; i < kRowIters; ++i) {
         const int r = q0 + lane + 32 * i;
-        lse_r[i] = r < w.sq ? lse[r] : -INFINITY;
-        dsum_r[i] = r < w.sq ? dsum[r] : 0.f;
+        const bool in = lane + 32 * i < kBlockM && r < w.sq;
+        lse_r[i] = in ? lse[r] : -INFINITY;
+        dsum_r[i] = in ? dsum[r] : 0.f;
       }
       // The consumers released this stage (parity of the previous round; a fresh barrier's
       // "previous phase" counts as complete).
@@ -511,7 +551,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
       float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
       float* dsum_s = reinterpret_cast<float*>(smem + kOffDsum) + stage * kBlockM;
 #pragma unroll
-      for (int i = 0; i < kBlockM / 32; ++i) {
+      for (int i = 0; i < kRowIters; ++i) {
+        if (lane + 32 * i >= kBlockM) continue;
         lse_s[lane + 32 * i] = lse_r[i] == -INFINITY ? INFINITY : lse_r[i] * kLog2e;
         dsum_s[lane + 32 * i] = dsum_r[i];
       }
@@ -537,8 +578,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::producer(con
 // once read. Deterministic mode: the tiles of one (query head, q block) are added in descending
 // kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and releases it
 // once its own addition is complete.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dq_writer(const Params& params, char* smem,
                                                                        uint64_t* bars) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
@@ -594,9 +635,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::dq_writer(co
 // 2t (+1)), rounded to the storage type, 4-byte stores. A block no query sees (no step) writes
 // zeros: dK starts from its first GEMM's flag in both consumers, dV only in split-D (consumer
 // zeroes it).
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv(const sm80::BwdParams& p,
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::store_dkdv(const sm80::BwdParams& p,
                                                                              const Steps& w, const float (&acc_dk)[kN],
                                                                              const float (&acc_dv)[kN], int r0,
                                                                              int col0, int t) {
@@ -628,9 +669,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv(c
 // TMA layout: 64-column panels, 128-byte swizzle), and one thread stores them by TMA (rows past
 // Sk and columns past D clipped by the maps) and waits until they are read. Zeros where
 // store_dkdv writes zeros.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_tma(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::store_dkdv_tma(
     const Params& params, uint32_t smem_base, char* smem, const Steps& w, const float (&acc_dk)[kN],
     const float (&acc_dv)[kN], int group, int row0, int col0) {
   namespace cp = ::cuda::ptx;
@@ -666,9 +707,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::store_dkdv_t
 // over them (split-D). Then dK and dV leave: by TMA from kOffDk, kOffDv, the consumers meeting
 // again once both warpgroups' tiles are read (the next tile's dS and dQ go there), or by plain
 // stores.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::epilogue(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::epilogue(
     const Params& params, uint32_t smem_base, char* smem, uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
     const float (&acc_dv)[kN], int group, int row0, int col0) {
   const bool tma = params.dkdv_by_tma != 0;
@@ -694,9 +735,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::epilogue(
 // columns col0 + 8i + 2t (+1) of the step's q block (q0 + column):
 //   Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
 //   dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_grads(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::probs_and_grads(
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
     const float2 (&lse_pre)[kLsePre], const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   static_assert(kN / 4 >= kLsePre, "prefetched LSE pairs");
@@ -745,7 +786,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
       }
     }
   };
-  if (p.softcap > 0.f) {  // uniform
+  if (!kUnmasked && p.softcap > 0.f) {  // uniform
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
     scores(std::true_type{});
@@ -755,7 +796,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
     }
   } else {
     scores(std::false_type{});  // under the dPᵀ GEMM
-    if (!full_tile) mask_out(st, 0.f);
+    if (!kUnmasked && !full_tile) mask_out(st, 0.f);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
 #pragma unroll
@@ -769,8 +810,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::probs_and_gr
 
 // warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
 // warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::consumer(const Params& params,
                                                                       uint32_t smem_base, char* smem,
                                                                       uint64_t* bars, const Steps& w, int tile,
                                                                       uint32_t ring) {
@@ -848,7 +889,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       ptx::warpgroup_wait<2>();
       ptx::warpgroup_fence_operand(acc_dk);
       ptx::warpgroup_fence_operand(ds_flat);
-      if (s > 0 && lane == 0) SmemBarrier{bars + kBarEmpty + (ring + s - 1) % kStages}.arrive();
+      if (s > 0) release_stage(bars, (ring + s - 1) % kStages);
     }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
@@ -902,9 +943,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
 
-    // dQ[dq_m0 .., dq_n0 ..] = dS·K   (A: dS K-major, k = kv over both panels;
-    // B: K rows are kv = the k dimension, D contiguous: MN-major, transpose bit)
-    float acc_dq[kDqN / 2];
+    // dQ[dq_m0 .., dq_n0 ..] = dS·K   (dS K-major, k = kv over both panels; K rows are kv = the
+    // k dimension, D contiguous: MN-major, transpose bit). Transposed: dQᵀ[dq_n0 .. +63, q] =
+    // Kᵀ·dSᵀ, the same two operands as A = Kᵀ (MN-major, transpose bit) and B = dS (K-major).
+    float acc_dq[kDqAccum];
     ptx::warpgroup_fence_operand(acc_dq);
     ptx::warpgroup_fence();
     {
@@ -912,9 +954,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t da = ptx::make_smem_desc_sw128(ds_base, (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = ptx::make_smem_desc_sw128(k_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-        ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, da, db, kk > 0);
+        const uint64_t dds = ptx::make_smem_desc_sw128(ds_base, (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
+        const uint64_t dk = ptx::make_smem_desc_sw128(k_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+        if constexpr (kDqTransposed) {
+          ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0, 1>(acc_dq, dk, dds, kk > 0);
+        } else {
+          ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, dds, dk, kk > 0);
+        }
       }
     }
     ptx::warpgroup_commit();
@@ -939,7 +985,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(acc_dk);
       ptx::warpgroup_fence_operand(ds_flat);
-      if (lane == 0) SmemBarrier{bars + kBarEmpty + stage}.arrive();  // Q, dO, LSE, D read
+      release_stage(bars, stage);  // Q, dO, LSE, D read
     }
 
     // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
@@ -947,16 +993,19 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
     // (store_dq_paired).
     if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
       ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-    store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
-                          kDqPanelBytes, acc_dq, g, t);
+    if constexpr (kDqTransposed) {
+      store_dq_transposed(smem + kOffDQ, acc_dq, dq_n0 + 16 * warp + g, t);
+    } else {
+      store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
+                            kDqPanelBytes, acc_dq, g, t);
+    }
     if (!kDqArriveLate) dq_tile_ready();
   }
   if (kDqArriveLate && w.steps > 0) dq_tile_ready();  // the last step's
   ptx::warpgroup_wait<0>();  // the last step's dK
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
-  if (kDkAcrossSteps && w.steps > 0 && lane == 0)
-    SmemBarrier{bars + kBarEmpty + (ring + w.steps - 1) % kStages}.arrive();  // its stage
+  if (kDkAcrossSteps && w.steps > 0) release_stage(bars, (ring + w.steps - 1) % kStages);  // its stage
   epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, group, 64 * group, 0);
 }
 
@@ -969,8 +1018,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer(con
 //   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); once all three
 //   have landed, dQ over this warpgroup's columns of the step's Q and dO (dq_panel_offset) and
 //   dq_full[stage]: the writer warp adds it into dQ_accum and releases the stage.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16>::consumer_split_d(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
                                                                                uint64_t* bars, const Steps& w,
                                                                                int tile, uint32_t ring) {

@@ -13,15 +13,16 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16>
-using BwdKernelFor = BwdKernel<kHeadDim, BwdConfig<kHeadDim>::kBlockN, BwdConfig<kHeadDim>::kBlockM,
-                               BwdConfig<kHeadDim>::kStages, BwdConfig<kHeadDim>::kDkAcrossSteps, kIsBf16>;
+template <int kHeadDim, bool kIsBf16, int kRow, class C = BwdConfig<kHeadDim, kRow>>
+using BwdKernelFor =
+    BwdKernel<kHeadDim, C::kBlockN, C::kBlockM, C::kStages, C::kDkAcrossSteps, kIsBf16, C::kDqArriveLate,
+              C::kUnmaskedOnly>;
 
 // The tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the dQ
 // accumulator's box of kBlockM rows; dK and dV boxes of kDkdvStoreRows where they can be used).
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, int kRow>
 std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
-  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
   out->prob = p;
   const MapExtents e = map_extents(p);
   std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, e.batch, e.rows_q, p.heads_q, p.head_dim,
@@ -55,9 +56,15 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, int kRow>
 std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
-  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  using C = BwdConfig<kHeadDim, kRow>;
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
+  if (C::kUnmaskedOnly && (!p.mask.none() || p.softcap > 0.f || p.cu_seqlens_q != nullptr))
+    return "sm90 backward row " + std::to_string(kRow) + ": masked, softcap or varlen (its next row)";
+  if (p.seqlen_q < C::kMinQueries)
+    return "sm90 backward row " + std::to_string(kRow) + ": fewer than " + std::to_string(C::kMinQueries) +
+           " query rows (its next row)";
   if (p.head_dim > kHeadDim || p.head_dim_v > kHeadDim)
     return "head dim above the compiled " + std::to_string(kHeadDim);
   if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) return "head dims must be multiples of 8";
@@ -78,22 +85,23 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
     why = bshd_map_limits(p.k, e.batch, e.rows_k, p.heads_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   if (why.empty())
     why = bshd_map_limits(p.v, e.batch, e.rows_k, p.heads_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  // The dQ accumulator: the paired column layout (the consumers' 16-byte stores), rows of whole
-  // 32-column groups; one head of it below 2^40 bytes (its map).
-  if (why.empty() && (p.dq_accum_layout != sm80::DqAccumLayout::kPaired || p.dq_accum_rows != p.rows_q ||
+  // The dQ accumulator: the row's layout (paired columns for the consumers' 16-byte stores, plain
+  // for the transposed dQ GEMM), rows of whole 32-column groups; one head of it below 2^40 bytes
+  // (its map).
+  if (why.empty() && (p.dq_accum_layout != kBwdDqLayout<kHeadDim, kRow> || p.dq_accum_rows != p.rows_q ||
                       p.dq_accum_pitch % 32 != 0 || p.dq_accum_pitch < p.head_dim))
-    why = "sm90 backward: the dQ accumulator must be laid out in paired 32-column groups";
+    why = "sm90 backward: the dQ accumulator must be laid out in the row's 32-column groups";
   if (why.empty() && p.rows_q * p.dq_accum_pitch * 4 >= (int64_t{1} << 40))
     why = "sm90 backward: one head of the dQ accumulator must be below 2^40 bytes";
   if (why.empty() && encode_tiled_fn() == nullptr) why = "the driver has no cuTensorMapEncodeTiled";
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16>
+template <int kHeadDim, bool kIsBf16, int kRow>
 void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
-  using Kernel = BwdKernelFor<kHeadDim, kIsBf16>;
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
   BwdParams full;
-  const std::string why = make_bwd_params<kHeadDim, kIsBf16>(p, &full);
+  const std::string why = make_bwd_params<kHeadDim, kIsBf16, kRow>(p, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward (sm90): " + why);
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
@@ -104,9 +112,9 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
 
 }  // namespace fa::cuda::sm90
 
-// Explicit instantiation of both 16-bit types for one head dim.
-#define FA_SM90_BWD_INSTANTIATE(D)                                                  \
-  template std::string bwd_can_implement<D, true>(const sm80::BwdParams&, int);   \
-  template std::string bwd_can_implement<D, false>(const sm80::BwdParams&, int);  \
-  template void bwd_launch<D, true>(const sm80::BwdParams&, cudaStream_t);        \
-  template void bwd_launch<D, false>(const sm80::BwdParams&, cudaStream_t);
+// Explicit instantiation of both 16-bit types for one row of a head dim.
+#define FA_SM90_BWD_INSTANTIATE(D, R)                                                  \
+  template std::string bwd_can_implement<D, true, R>(const sm80::BwdParams&, int);   \
+  template std::string bwd_can_implement<D, false, R>(const sm80::BwdParams&, int);  \
+  template void bwd_launch<D, true, R>(const sm80::BwdParams&, cudaStream_t);        \
+  template void bwd_launch<D, false, R>(const sm80::BwdParams&, cudaStream_t);

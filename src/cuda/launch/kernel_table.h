@@ -56,16 +56,22 @@ static_assert(sm90::FwdConfig<64, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfi
 // kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
 inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";
 inline constexpr const char* kSm90BwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
-// The first sm90 backward row at 128 (80-row q blocks, sm90/bwd_config.h) hands masked, softcap
-// and varlen problems and those of fewer than 1024 query rows to its second (64-row blocks).
+// The first sm90 backward row of each head dim (compiled unmasked, sm90/bwd_config.h) hands
+// masked, softcap and varlen problems to its second; at 128 (80-row q blocks) also those of
+// fewer than 1024 query rows (the second has 64-row blocks).
 inline constexpr const char* kSm90Bwd128Declines =
     "strides TMA cannot describe; D or Dv at most head dim - 64; masked, softcap or varlen; fewer than 1024 query rows";
+inline constexpr const char* kSm90BwdUnmaskedDeclines =
+    "strides TMA cannot describe; D or Dv at most head dim - 64; masked, softcap or varlen";
 #if defined(FA_HAVE_SM90_BWD)
 static_assert(sm90::BwdConfig<128>::kUnmaskedOnly && sm90::BwdConfig<128>::kMinQueries == 1024,
               "kSm90Bwd128Declines names the thresholds");
-static_assert(!sm90::BwdConfig<64>::kUnmaskedOnly && sm90::BwdConfig<64>::kMinQueries == 0 &&
+static_assert(sm90::BwdConfig<64>::kUnmaskedOnly && sm90::BwdConfig<64>::kMinQueries == 0 &&
+                  sm90::BwdConfig<256>::kUnmaskedOnly && sm90::BwdConfig<256>::kMinQueries == 0,
+              "kSm90BwdUnmaskedDeclines names the thresholds");
+static_assert(!sm90::BwdConfig<64, 1>::kUnmaskedOnly && sm90::BwdConfig<64, 1>::kMinQueries == 0 &&
                   !sm90::BwdConfig<128, 1>::kUnmaskedOnly && sm90::BwdConfig<128, 1>::kMinQueries == 0 &&
-                  !sm90::BwdConfig<256>::kUnmaskedOnly && sm90::BwdConfig<256>::kMinQueries == 0,
+                  !sm90::BwdConfig<256, 1>::kUnmaskedOnly && sm90::BwdConfig<256, 1>::kMinQueries == 0,
               "the last sm90 backward row of a head dim declines only kSm90BwdDeclines");
 #endif
 
@@ -156,7 +162,7 @@ struct BwdKernelRow {
 #define FA_SM80_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, false, "sm80", kSm80Declines)
 #define FA_SM80C_BWD_ROWS(D) FA_SM80_BWD_ROWS_OF(D, true, "sm80_compact", "")
 
-// Hopper rows (FA_SM90_BWD builds, head dims 64, 128 and 256; two rows at 128): they decline
+// Hopper rows (FA_SM90_BWD builds, head dims 64, 128 and 256, two rows each): they decline
 // what they do not run (varlen, TMA-incompatible strides, ...), which then goes to the next row.
 #define FA_SM90_BWD_ROWS_OF(D, R, declines)                                                                 \
   BwdKernelRow{"sm90", 90, 90, true, Dtype::bf16, D, sm90::kBwdBlockN<D, R>, sm90::kBwdBlockM<D, R>,         \
@@ -171,14 +177,16 @@ struct BwdKernelRow {
 inline const BwdKernelRow kBwdKernels[] = {
 #if defined(FA_HAVE_SM90_BWD)
 #if defined(FA_SM90_BWD_HDIM_64)
-    FA_SM90_BWD_ROWS_OF(64, 0, kSm90BwdDeclines)
+    FA_SM90_BWD_ROWS_OF(64, 0, kSm90BwdUnmaskedDeclines)
+    FA_SM90_BWD_ROWS_OF(64, 1, kSm90BwdDeclines)
 #endif
 #if defined(FA_SM90_BWD_HDIM_128)
     FA_SM90_BWD_ROWS_OF(128, 0, kSm90Bwd128Declines)
     FA_SM90_BWD_ROWS_OF(128, 1, kSm90BwdDeclines)
 #endif
 #if defined(FA_SM90_BWD_HDIM_256)
-    FA_SM90_BWD_ROWS_OF(256, 0, kSm90BwdDeclines)
+    FA_SM90_BWD_ROWS_OF(256, 0, kSm90BwdUnmaskedDeclines)
+    FA_SM90_BWD_ROWS_OF(256, 1, kSm90BwdDeclines)
 #endif
 #endif
 #if defined(FA_CUDA_HDIM_64)

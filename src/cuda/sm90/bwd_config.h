@@ -23,22 +23,23 @@ namespace fa::cuda::sm90 {
 // FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked problems, else 64).
 // D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64, the two warpgroups
 // halve the head dim (BwdKernel::kSplitD).
-// Rows: a head dim may have more than one kernel (kRow 0, 1, ...); row r hands the problems it
-// declines to row r + 1 (kernel_table.h), the last row takes what reaches it. At 128 the first
-// row runs 80-row q blocks (a fifth more work a step for the same per-step hand-overs; its dQ
-// GEMM transposed, dQᵀ = Kᵀ·dSᵀ, since 80 rows are no m64 extent) on unmasked problems of at
-// least kMinQueries query rows (80-row blocks pad 512 rows by 9%), the second the 64-row
-// blocks for the rest. kUnmaskedOnly: the row declines masks, softcap and varlen, and is
-// compiled without the mask and softcap passes (BwdKernel::kUnmasked), which is what frees the
-// registers for its 80-row Sᵀ and dPᵀ (with them ptxas serialises its wgmma).
+// Rows: each head dim has two kernels (kRow 0, 1); row 0 hands the problems it declines to row
+// 1 (kernel_table.h), which takes what reaches it. kUnmaskedOnly (row 0): the row declines
+// masks, softcap and varlen, and is compiled without the mask and softcap passes
+// (BwdKernel::kUnmasked): +4–10% at 64, +1–4% at 256 on those problems (docs/PERF.md). At 128
+// row 0 also runs 80-row q blocks (a fifth more work a step for the same per-step hand-overs;
+// its dQ GEMM transposed, dQᵀ = Kᵀ·dSᵀ, since 80 rows are no m64 extent) from kMinQueries
+// query rows (80-row blocks pad 512 rows by 9%); the passes' registers are what lets its
+// 80-row Sᵀ and dPᵀ fit (with them ptxas serialises its wgmma). Row 1 at 128 has 64-row blocks.
 template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
-template <>
-struct BwdConfig<64> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
+template <int kRow>
+struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
+  static_assert(kRow == 0 || kRow == 1, "two rows at 64");
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
-  static constexpr bool kUnmaskedOnly = false;
+  static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr int kMinQueries = 0;
 };
 template <int kRow>
@@ -51,12 +52,13 @@ struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (19
   static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;
 };
 
-template <>
-struct BwdConfig<256> {  // 226 KiB (231,648 B)
+template <int kRow>
+struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
+  static_assert(kRow == 0 || kRow == 1, "two rows at 256");
   static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
-  static constexpr bool kUnmaskedOnly = false;
+  static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr int kMinQueries = 0;
 };
 

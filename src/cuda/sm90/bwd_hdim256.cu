@@ -4,4 +4,5 @@
 
 namespace fa::cuda::sm90 {
 FA_SM90_BWD_INSTANTIATE(256, 0)
+FA_SM90_BWD_INSTANTIATE(256, 1)
 }  // namespace fa::cuda::sm90

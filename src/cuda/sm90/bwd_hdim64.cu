@@ -4,4 +4,5 @@
 
 namespace fa::cuda::sm90 {
 FA_SM90_BWD_INSTANTIATE(64, 0)
+FA_SM90_BWD_INSTANTIATE(64, 1)
 }  // namespace fa::cuda::sm90

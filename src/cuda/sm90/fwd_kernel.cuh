@@ -83,14 +83,9 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_, bool kMaskPass_>
+          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_>
 struct FwdKernel {
   using Params = FwdParams;
-  // false: the instantiation for problems with no mask and no softcap (dense; fwd_launch picks
-  // it), compiled without the softcap pass and with the element mask cut to the keys' end (the
-  // last block's columns past Sk): the general passes' code, even when not run, makes the key
-  // loop longer (docs/PERF.md).
-  static constexpr bool kMaskPass = kMaskPass_;
 
   static constexpr bool kIsBf16 = kIsBf16_;
   static constexpr int kHeadDim = kHeadDim_;  // compiled D (and Dv); smaller ones zero-fill
@@ -215,16 +210,6 @@ struct FwdKernel {
     int full_lo;
     int full_hi;
   };
-  // Does key block [n0, n0 + kBlockN) need the element mask: past the keys' end, or (with the
-  // mask pass) not seen whole by every row of the tile.
-  __device__ __forceinline__ static bool partial_block(const TileWork& w, int n0, int sk) {
-    return kMaskPass ? !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN) : n0 + kBlockN > sk;
-  }
-  // The mask a partial block applies: the problem's, or none (only the keys' end) without the
-  // mask pass.
-  __device__ __forceinline__ static fa::Mask block_mask(const sm80::FwdParams& p) {
-    return kMaskPass ? p.mask : fa::Mask{};
-  }
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
   // q-blocks see more keys), where tiles go longest first over the whole grid.
   __device__ __forceinline__ static TileWork tile_work(const Params& params, int idx) {
@@ -340,8 +325,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -422,8 +407,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // tile's K and V blocks through the kStages-deep ring, or with kSplitProducer the K blocks only
 // (thread 32, producer_v, loads the V blocks). The ring and the Q buffer run on over the tiles,
 // so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -475,8 +460,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // Thread 32: the V blocks of the tiles thread 0 chose, in the same ring order. It reads each
 // tile's slot once work_full says it is written, then counts itself on that Q stage's q_empty
 // (so the slot is not rewritten before it was read).
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::producer_v(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer_v(const Params& params,
                                                                                   const Smem& sm,
                                                                                   const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -495,8 +480,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 }
 
 // The V block of key rows row0.. into ring stage `stage` once the consumers released it.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::load_v(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::load_v(
     const Params& params, const Smem& sm, const Barriers& b, int stage, uint32_t phase, int row0, int head_kv,
     int batch) {
   b.v_empty(stage).wait(phase ^ 1);
@@ -510,8 +495,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -554,12 +539,14 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 
     auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
     // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
-    if (kMaskPass && p.softcap > 0.f) {
+    if (p.softcap > 0.f) {
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
-    if (partial_block(w, n0, sk)) warp_mask_tile<1, kNT>(s3, block_mask(p), row0, n0 + 2 * t, sq, sk);
+    if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
+      warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+    }
     // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
     softmax.step(s3, o3, p.score_log2);
 
@@ -594,8 +581,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -713,8 +700,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -751,21 +738,21 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
   // warp_softmax_deferred.
   const auto scores = [&](int it, float (&alpha)[2]) {
-    if (kMaskPass && p.softcap > 0.f) {
+    if (p.softcap > 0.f) {
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
-    const bool partial = partial_block(w, n0, sk);
+    const bool partial = !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
-        warp_mask_tile<1, kNT>(s3, block_mask(p), row0, n0 + 2 * t, sq, sk);
+        warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
         warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
         warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
-      if (partial) warp_mask_tile<1, kNT>(s3, block_mask(p), row0, n0 + 2 * t, sq, sk);
+      if (partial) warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
     }
   };
   // The rows of the softmax after the P·V's wait.
@@ -879,8 +866,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::issue_s(const Smem& sm, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -896,8 +883,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Mp>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Mp>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

@@ -15,22 +15,11 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false, bool kMaskPass = true,
+template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false,
           class C = FwdConfig<kHeadDim, kRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
                                kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
-                               C::kSplitProducer, kMaskPass>;
-
-// Whether row kRow of a head dim receives unmasked problems: row 0 does; a later one where the
-// row before hands it problems by their key count (kNextRowKeysBelow), masked or not.
-template <int kHeadDim, int kRow>
-constexpr bool row_takes_unmasked() {
-  if constexpr (kRow == 0) {
-    return true;
-  } else {
-    return FwdConfig<kHeadDim, kRow - 1>::kNextRowKeysBelow > 0;
-  }
-}
+                               C::kSplitProducer>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 template <int kHeadDim, bool kIsBf16, int kRow>
@@ -126,11 +115,6 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)
       return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, stream);
-  }
-  // Dense, no mask, no softcap: the instantiation without the mask and softcap passes.
-  if constexpr (row_takes_unmasked<kHeadDim, kRow>()) {
-    if (p.mask.none() && p.softcap == 0.f)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, false>>(full, stream);
   }
   launch_kernel<Kernel>(full, stream);
 }

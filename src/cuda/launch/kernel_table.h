@@ -55,14 +55,15 @@ static_assert(sm90::FwdConfig<64, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfi
 // What a full-size sm80 row declines for the compact row of its head dim (sm80/*_config.h,
 // kCompact: tiles for the 163 KiB of an A100 or the 99 KiB of sm86/89/120 GPUs).
 inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";
-inline constexpr const char* kSm90BwdDeclines = "strides TMA cannot describe; D or Dv at most head dim - 64";
-// The first sm90 backward row of each head dim (compiled unmasked, sm90/bwd_config.h) hands
-// masked, softcap and varlen problems to its second; at 128 (80-row q blocks) also those of
-// fewer than 1024 query rows (the second has 64-row blocks).
+// What every sm90 backward row declines (to the sm80 rows). The first sm90 row of each head dim
+// (compiled unmasked, sm90/bwd_config.h) also hands masked, softcap and varlen problems to its
+// second; at 128 (80-row q blocks) those of fewer than 1024 query rows too (the second has
+// 64-row blocks).
+#define FA_SM90_BWD_DECLINES "strides TMA cannot describe; D or Dv at most head dim - 64"
+inline constexpr const char* kSm90BwdDeclines = FA_SM90_BWD_DECLINES;
+inline constexpr const char* kSm90BwdUnmaskedDeclines = FA_SM90_BWD_DECLINES "; masked, softcap or varlen";
 inline constexpr const char* kSm90Bwd128Declines =
-    "strides TMA cannot describe; D or Dv at most head dim - 64; masked, softcap or varlen; fewer than 1024 query rows";
-inline constexpr const char* kSm90BwdUnmaskedDeclines =
-    "strides TMA cannot describe; D or Dv at most head dim - 64; masked, softcap or varlen";
+    FA_SM90_BWD_DECLINES "; masked, softcap or varlen; fewer than 1024 query rows";
 #if defined(FA_HAVE_SM90_BWD)
 static_assert(sm90::BwdConfig<128>::kUnmaskedOnly && sm90::BwdConfig<128>::kMinQueries == 1024,
               "kSm90Bwd128Declines names the thresholds");

@@ -1,6 +1,6 @@
 // Tests, CPU: pure index maps the kernels share, host-callable. The forward tile orders of
 // src/cuda/common/tile_scheduler.cuh: every order must visit each (q-block, head, batch) tile
-// exactly once, the causal order must run longest first within each section, and the persistent
+// exactly once, the causal order must run longest first within each group, and the persistent
 // rounds must hand every index to exactly one CTA. The intervals of src/common/mask.h (keys a
 // row sees, rows that see a key) must hold exactly the pairs Mask::visible accepts.
 #include <gtest/gtest.h>
@@ -50,29 +50,53 @@ TEST(TileOrder, BatchHeadMajorVisitsEveryTileOnce) {
   }
 }
 
-TEST(TileOrder, ByLengthVisitsEveryTileOnceLongestFirstPerSection) {
+// The group of (batch, head) pair bh in tile_by_length's order, counted from 0: the pairs the
+// others leave first, then sections of section_bh, then the last tail_bh.
+int group_of(int bh, int bh_count, int section_bh, int tail_bh) {
+  const int rest = bh_count - tail_bh, lead = rest % section_bh;
+  if (bh >= rest) return 1 + rest / section_bh;
+  if (bh < lead) return 0;
+  return 1 + (bh - lead) / section_bh;
+}
+
+TEST(TileOrder, ByLengthVisitsEveryTileOnceLongestFirstPerGroup) {
   for (const Grid& g : kGrids) {
     const int bh = g.heads * g.batch;
     for (int section_bh : {1, 2, 3, bh}) {
       if (section_bh > bh) continue;
-      std::vector<int> seen(g.tiles(), 0);
-      const int per_section = section_bh * g.m_blocks;
-      for (int idx = 0; idx < g.tiles(); ++idx) {
-        const FwdTile t = LongestFirstScheduler::tile_by_length(idx, g.m_blocks, g.heads, g.batch, section_bh);
-        ASSERT_NO_FATAL_FAILURE(expect_in_range(g, t));
-        ++seen[g.index(t)];
-        // The (batch, head) pair lies in this index's section.
-        EXPECT_EQ((t.batch * g.heads + t.head) / section_bh, idx / per_section)
-            << "section_bh " << section_bh << " idx " << idx;
-        if (idx % per_section != 0) {  // within a section: q-blocks never increase
-          const FwdTile prev =
-              LongestFirstScheduler::tile_by_length(idx - 1, g.m_blocks, g.heads, g.batch, section_bh);
-          EXPECT_LE(t.m_block, prev.m_block) << "section_bh " << section_bh << " idx " << idx;
+      for (int ctas : {1, 7, 132}) {
+        const int tail_bh = LongestFirstScheduler::tail_fwd_pairs(bh, section_bh, g.m_blocks, ctas);
+        ASSERT_GE(tail_bh, section_bh);
+        ASSERT_LE(tail_bh, bh);
+        ASSERT_LE(tail_bh, 2 * section_bh);
+        std::vector<int> seen(g.tiles(), 0);
+        int prev_group = -1;
+        for (int idx = 0; idx < g.tiles(); ++idx) {
+          const FwdTile t = LongestFirstScheduler::tile_by_length(idx, g.m_blocks, g.heads, g.batch, section_bh, tail_bh);
+          ASSERT_NO_FATAL_FAILURE(expect_in_range(g, t));
+          ++seen[g.index(t)];
+          // Groups come in order, each wholly before the next; within one, q-blocks never increase.
+          const int group = group_of(t.batch * g.heads + t.head, bh, section_bh, tail_bh);
+          EXPECT_GE(group, prev_group) << "section_bh " << section_bh << " tail " << tail_bh << " idx " << idx;
+          if (group == prev_group) {
+            const FwdTile prev =
+                LongestFirstScheduler::tile_by_length(idx - 1, g.m_blocks, g.heads, g.batch, section_bh, tail_bh);
+            EXPECT_LE(t.m_block, prev.m_block) << "section_bh " << section_bh << " tail " << tail_bh << " idx " << idx;
+          }
+          prev_group = group;
         }
+        for (int n : seen) EXPECT_EQ(n, 1) << "section_bh " << section_bh << " tail " << tail_bh;
       }
-      for (int n : seen) EXPECT_EQ(n, 1) << "section_bh " << section_bh;
     }
   }
+}
+
+TEST(TileOrder, TailCoversTheGridWhereTheSectionsAllow) {
+  // The grid's causal shapes at hdim 256 (128-row tiles, 24 MiB sections) on 132 CTAs.
+  EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(128, 24, 8, 132), 33);   // 1k: 2·132 / 8 pairs
+  EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(8, 1, 128, 132), 2);     // 16k: two sections at most
+  EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(128, 24, 22, 132), 24);  // one section covers it
+  EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(3, 24, 1, 132), 3);      // all the pairs
 }
 
 TEST(TileOrder, PersistentRoundsHandOutEveryIndexOnce) {

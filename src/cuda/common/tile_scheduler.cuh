@@ -36,22 +36,41 @@ struct LongestFirstScheduler {
     return FwdTile{num_m_blocks - 1 - (idx - bh * num_m_blocks), bh % heads, bh / heads};
   }
 
-  // Longest first within sections of `section_bh` (batch, head) pairs, for masks under which
-  // later q-blocks see more keys (causal): q-block descending, then (batch, head) within the
-  // section. The caller sizes sections so that their K and V stay in L2 while the CTAs sweep
-  // them, and caps section_bh at heads·batch (so section_bh·num_m_blocks fits an int).
+  // Longest first within groups of (batch, head) pairs, for masks under which later q-blocks see
+  // more keys (causal): q-block descending, then (batch, head) within the group. The groups, in
+  // order: the pairs the others leave (fewer than section_bh, possibly none), sections of
+  // section_bh, and the last tail_bh pairs. Sections are sized by the caller so that their K and
+  // V stay in L2 while the CTAs sweep them; the tail so that its work covers the grid while its
+  // longest tiles run (tail_fwd_pairs), since a dynamic order leaves CTAs idle only at its end.
+  // The caller keeps tail_bh <= heads·batch and the tile count within an int.
   FA_HOST_DEVICE static FwdTile tile_by_length(int idx, int num_m_blocks, int heads, int batch,
-                                               int section_bh) {
-    const int bh_count = heads * batch;
-    const int per_section = section_bh * num_m_blocks;
-    const int section = idx / per_section;
-    const int local = idx - section * per_section;
-    const int first_bh = section * section_bh;
-    const int rest = bh_count - first_bh;
-    const int width = rest < section_bh ? rest : section_bh;  // the last section may be narrower
+                                               int section_bh, int tail_bh) {
+    const int rest = heads * batch - tail_bh;  // pairs before the tail
+    const int lead = rest % section_bh;         // the first, narrower group's pairs
+    int first_bh, width, local;
+    if (idx >= rest * num_m_blocks) {
+      first_bh = rest, width = tail_bh, local = idx - rest * num_m_blocks;
+    } else if (idx < lead * num_m_blocks) {
+      first_bh = 0, width = lead, local = idx;
+    } else {
+      const int j = idx - lead * num_m_blocks, per_section = section_bh * num_m_blocks;
+      const int section = j / per_section;
+      first_bh = lead + section * section_bh, width = section_bh, local = j - section * per_section;
+    }
     const int m = local / width;
     const int bh = first_bh + (local - m * width);
     return FwdTile{num_m_blocks - 1 - m, bh % heads, bh / heads};
+  }
+
+  // The tail group's pairs for tile_by_length on a grid of `ctas` CTAs: under a causal mask a
+  // pair's tiles hold about num_m_blocks / 2 times its longest one, so 2·ctas / num_m_blocks
+  // pairs give each CTA a longest tile's worth of work. At least one section; at most two
+  // (their K and V then still about fit L2) and all the pairs.
+  FA_HOST_DEVICE static int tail_fwd_pairs(int bh_count, int section_bh, int num_m_blocks, int ctas) {
+    const int cover = (2 * ctas + num_m_blocks - 1) / num_m_blocks;
+    int t = cover < 2 * section_bh ? cover : 2 * section_bh;
+    if (t < section_bh) t = section_bh;
+    return t < bh_count ? t : bh_count;
   }
 
   // Persistent grids with a static order: the tile of CTA c's round r among g CTAs, r·g + c in

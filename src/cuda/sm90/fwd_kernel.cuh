@@ -211,12 +211,13 @@ struct FwdKernel {
     int full_hi;
   };
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
-  // q-blocks see more keys), where tiles go longest first over the whole grid.
+  // q-blocks see more keys), where tiles go longest first within L2-sized groups of (batch, head)
+  // pairs and a last group that covers the grid (LongestFirstScheduler::tile_by_length).
   __device__ __forceinline__ static TileWork tile_work(const Params& params, int idx) {
     const sm80::FwdParams& p = params.prob;
     TileWork w;
     w.tile = LongestFirstScheduler::by_length(p.mask) ? LongestFirstScheduler::tile_by_length(idx, p.num_m_blocks, p.heads_q, p.batch,
-                                                               params.section_bh)
+                                                               params.section_bh, params.tail_bh)
                        : LongestFirstScheduler::tile(idx, p.num_m_blocks, p.heads_q);
     w.sq = p.seqlen_q;
     w.sk = p.seqlen_k;

@@ -32,6 +32,10 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   const int64_t bh_count = int64_t{p.batch} * p.heads_q;  // at most the whole grid
   const int64_t per_section = std::min(bh_count, (int64_t{24} << 20) / std::max<int64_t>(kv_bytes, 1));
   out->section_bh = static_cast<int>(std::max<int64_t>(per_section, 1));
+  const int64_t tiles = LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch);
+  const int ctas = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count()));  // Kernel::grid
+  out->tail_bh = LongestFirstScheduler::tail_fwd_pairs(static_cast<int>(bh_count), out->section_bh,
+                                                       std::max(p.num_m_blocks, 1), std::max(ctas, 1));
   const MapExtents e = map_extents(p);
   std::string why = encode_bshd_map(&out->tm_q, kIsBf16, p.q, e.batch, e.rows_q, p.heads_q, p.head_dim,
                                     p.q_batch_stride, p.q_row_stride, p.q_head_stride, Kernel::kBlockM);

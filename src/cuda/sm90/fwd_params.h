@@ -22,8 +22,9 @@ struct FwdParams {
   CUtensorMap tm_o;
   int o_by_tma;
   // Causal-like masks: (batch, head) pairs per section of the longest-first tile order (their
-  // K and V sized to stay in L2; see LongestFirstScheduler::tile_by_length).
+  // K and V sized to stay in L2) and in its last group (LongestFirstScheduler::tile_by_length).
   int section_bh;
+  int tail_bh;
   // Dynamic tile order (causal-like masks): zeroed before the launch; a CTA's first tile is
   // blockIdx.x, each next one gridDim.x + atomicAdd(tile_counter, 1). Null: static order.
   int* tile_counter;

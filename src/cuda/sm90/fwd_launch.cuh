@@ -22,8 +22,9 @@ using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::
                                C::kSplitProducer>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
+// sm_count: the device's multiprocessors (the persistent grid's bound).
 template <int kHeadDim, bool kIsBf16, int kRow>
-std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
+std::string make_fwd_params(const sm80::FwdParams& p, int sm_count, FwdParams* out) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
   out->prob = p;
   // Causal tile sections: as many (batch, head) pairs as keep their K and V within 24 MiB, about
@@ -32,8 +33,7 @@ std::string make_fwd_params(const sm80::FwdParams& p, FwdParams* out) {
   const int64_t bh_count = int64_t{p.batch} * p.heads_q;  // at most the whole grid
   const int64_t per_section = std::min(bh_count, (int64_t{24} << 20) / std::max<int64_t>(kv_bytes, 1));
   out->section_bh = static_cast<int>(std::max<int64_t>(per_section, 1));
-  const int64_t tiles = LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch);
-  const int ctas = static_cast<int>(std::min<int64_t>(tiles, multiprocessor_count()));  // Kernel::grid
+  const int ctas = static_cast<int>(Kernel::grid(*out, sm_count).x);
   out->tail_bh = LongestFirstScheduler::tail_fwd_pairs(static_cast<int>(bh_count), out->section_bh,
                                                        std::max(p.num_m_blocks, 1), std::max(ctas, 1));
   const MapExtents e = map_extents(p);
@@ -95,10 +95,10 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
 
 // One launch of kernel class K on its persistent grid; checked.
 template <class K>
-void launch_kernel(const FwdParams& full, cudaStream_t stream) {
+void launch_kernel(const FwdParams& full, int sm_count, cudaStream_t stream) {
   const int smem = K::smem_bytes();
   set_smem_limit_once<K>(smem);
-  kernel_entry<K><<<K::grid(full, multiprocessor_count()), K::block(), smem, stream>>>(full);
+  kernel_entry<K><<<K::grid(full, sm_count), K::block(), smem, stream>>>(full);
   check_launch("sm90 forward");
 }
 
@@ -106,7 +106,8 @@ template <int kHeadDim, bool kIsBf16, int kRow>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
   FwdParams full;
-  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kRow>(p, &full);
+  const int sm_count = multiprocessor_count();
+  const std::string why = make_fwd_params<kHeadDim, kIsBf16, kRow>(p, sm_count, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
   // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
   std::unique_ptr<AsyncBuffer> counter;
@@ -118,9 +119,9 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, stream);
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, sm_count, stream);
   }
-  launch_kernel<Kernel>(full, stream);
+  launch_kernel<Kernel>(full, sm_count, stream);
 }
 
 }  // namespace fa::cuda::sm90

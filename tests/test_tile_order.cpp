@@ -1,7 +1,9 @@
 // Tests, CPU: pure index maps the kernels share, host-callable. The forward tile orders of
 // src/cuda/common/tile_scheduler.cuh: every order must visit each (q-block, head, batch) tile
 // exactly once, the causal order must run longest first within each group, and the persistent
-// rounds must hand every index to exactly one CTA. The intervals of src/common/mask.h (keys a
+// rounds must hand every index to exactly one CTA. The sm90 backward's rotated q-block order must
+// visit every q block once per kv block and give the dQ adds of each q block the order the kv
+// blocks reach it. The intervals of src/common/mask.h (keys a
 // row sees, rows that see a key) must hold exactly the pairs Mask::visible accepts.
 #include <gtest/gtest.h>
 
@@ -11,6 +13,7 @@
 
 #include "common/mask.h"
 #include "cuda/common/tile_scheduler.cuh"
+#include "cuda/sm90/bwd_order.h"
 
 namespace {
 
@@ -97,6 +100,41 @@ TEST(TileOrder, TailCoversTheGridWhereTheSectionsAllow) {
   EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(8, 1, 128, 132), 2);     // 16k: two sections at most
   EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(128, 24, 22, 132), 24);  // one section covers it
   EXPECT_EQ(LongestFirstScheduler::tail_fwd_pairs(3, 24, 1, 132), 3);      // all the pairs
+}
+
+TEST(RotatedQOrder, EveryKvBlockVisitsEveryQBlockOnceAndTurnsFollowArrival) {
+  using fa::cuda::sm90::RotatedQOrder;
+  for (int n_q : {1, 2, 3, 4, 7, 8, 13, 16, 64}) {
+    for (int n_kv : {1, 2, 3, 4, 8, 9, 16, 128}) {
+      // step[j][qb]: the step at which kv block j reaches q block qb.
+      std::vector<std::vector<int>> step(n_kv, std::vector<int>(n_q, -1));
+      for (int j = 0; j < n_kv; ++j) {
+        for (int s = 0; s < n_q; ++s) {
+          const int qb = RotatedQOrder::qb_of_step(s, RotatedQOrder::first_qb(j, n_q, n_kv), n_q);
+          ASSERT_GE(qb, 0);
+          ASSERT_LT(qb, n_q);
+          ASSERT_EQ(step[j][qb], -1) << "n_q " << n_q << " n_kv " << n_kv << " j " << j << " qb " << qb;
+          step[j][qb] = s;
+        }
+      }
+      for (int qb = 0; qb < n_q; ++qb) {
+        std::vector<int> seen(n_kv, 0);
+        for (int j = 0; j < n_kv; ++j) {
+          const int t = RotatedQOrder::turn(qb, j, n_q, n_kv);
+          ASSERT_GE(t, 0);
+          ASSERT_LT(t, n_kv);
+          ++seen[t];
+          // The kv blocks before j: those reaching qb at an earlier step, or at the same one
+          // from a higher block.
+          int before = 0;
+          for (int k = 0; k < n_kv; ++k)
+            before += step[k][qb] < step[j][qb] || (step[k][qb] == step[j][qb] && k > j);
+          EXPECT_EQ(t, before) << "n_q " << n_q << " n_kv " << n_kv << " qb " << qb << " j " << j;
+        }
+        for (int c : seen) EXPECT_EQ(c, 1) << "n_q " << n_q << " n_kv " << n_kv << " qb " << qb;
+      }
+    }
+  }
 }
 
 TEST(TileOrder, PersistentRoundsHandOutEveryIndexOnce) {

@@ -35,6 +35,7 @@
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/stmatrix.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/bwd_order.h"
 #include "cuda/sm90/bwd_params.h"
 #include "cuda/sm90/fwd_kernel.cuh"  // SmemBarrier, WarpGroupRole
 
@@ -92,6 +93,13 @@ struct BwdKernel {
   // them (Q and dO columns 128·group .. +127, 16 KiB each), and the writer warp adds it and
   // releases the stage (dq_panel_offset). consumer_split_d.
   static constexpr bool kSplitD = kBlockN_ == 64;
+  // The rotated q-block order for unmasked problems (RotatedQOrder): 0 never, 1 in the
+  // deterministic mode, 2 in both modes (FA_SM90_BWD_ROTATE, for timing them against each other).
+#ifdef FA_SM90_BWD_ROTATE
+  static constexpr int kRotatedOrder = FA_SM90_BWD_ROTATE;
+#else
+  static constexpr int kRotatedOrder = 1;
+#endif
 
   // Warp roles: one producer warpgroup (warp 0 loads, warp 1 writes dQ), two consumer
   // warpgroups of 64 kv rows.
@@ -221,9 +229,21 @@ struct BwdKernel {
   __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
     return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
   }
+  // The rotated q-block order (RotatedQOrder) where every kv block sees every q block. In the
+  // deterministic mode a kv block then waits on lower kv blocks of its head too, which come
+  // after it: the tiles of a head must all run at once, so there the tiles are dealt out in
+  // rounds of whole heads (a CTA's next tile is its current one + gridDim.x, gridDim.x a
+  // multiple of the kv blocks) instead of drawn, where a CTA holding its next tile could hold
+  // one its current tile waits on.
+  static bool rotated_order(const sm80::BwdParams& p, int sm_count) {
+    if (kRotatedOrder == 0 || !p.mask.none() || !RotatedQOrder::fits(p.num_q_blocks, p.num_kv_blocks)) return false;
+    return p.locks == nullptr ? kRotatedOrder == 2 : p.num_kv_blocks <= sm_count;
+  }
   static dim3 grid(const Params& p, int sm_count) {
     const int64_t tiles = num_tiles_of(p.prob);
-    return dim3(static_cast<unsigned>(tiles < sm_count ? tiles : sm_count));
+    const int ctas = p.rotated && p.prob.locks != nullptr ? sm_count / p.prob.num_kv_blocks * p.prob.num_kv_blocks
+                                                          : sm_count;
+    return dim3(static_cast<unsigned>(tiles < ctas ? tiles : ctas));
   }
 
   __device__ __forceinline__ void operator()(const Params& p, char* smem) const;
@@ -243,14 +263,23 @@ struct BwdKernel {
   // A tile's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
   // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
   // varlen: one packed batch). kv_block < 0: no tile left (the producer's last hand-over).
+  // The q blocks go ascending from qb_first; in RotatedQOrder (params.rotated) qb_first is the
+  // kv block's first q block and n_qb all the batch's, so the order wraps past the last.
   struct Steps {
     int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
     int sq, sk, q_first, k_first, map_b;
   };
+  // The q block of step s of the tile (the query head is s / n_qb): RotatedQOrder::qb_of_step
+  // where it wraps (past sq); a masked tile's q blocks all lie below sq (no extra registers in
+  // the producer warp, which has 24).
+  __device__ __forceinline__ static int step_qb(const Steps& w, int s) {
+    const int qb = w.qb_first + s % w.n_qb;
+    return qb * kBlockM < w.sq ? qb : qb - w.n_qb;
+  }
   static_assert(sizeof(Steps) <= kWorkSlotBytes, "a tile's hand-over fits its slot");
   // Tile idx's block and steps; false when the block starts past its batch's keys (varlen).
   // Tile numbers are below 2^30 (can_implement), drawn ones below 2^30 + 2 · gridDim.x.
-  __device__ __forceinline__ static bool decode(const sm80::BwdParams& p, int idx, Steps& w);
+  __device__ __forceinline__ static bool decode(const sm80::BwdParams& p, bool rotate, int idx, Steps& w);
   // The hand-over of this CTA's tile number `tile` (its producer's `tile`-th), for the consumers
   // and the dQ writer: waits for the slot, copies it, releases it.
   __device__ __forceinline__ static Steps take_tile(char* smem, uint64_t* bars, int tile) {
@@ -265,8 +294,9 @@ struct BwdKernel {
   }
   // Deterministic mode: the number of dQ tiles added to the q block at q0 before this CTA's: the
   // kv blocks that see it are contiguous up to the one holding its last row's last key, and add
-  // in descending order.
-  __device__ __forceinline__ static int dq_turn(const sm80::BwdParams& p, const Steps& w, int q0) {
+  // in descending order; rotate: RotatedQOrder's turn (every kv block of the batch sees it).
+  __device__ __forceinline__ static int dq_turn(const sm80::BwdParams& p, bool rotate, const Steps& w, int q0) {
+    if (rotate) return RotatedQOrder::turn(q0 / kBlockM, w.kv_block, w.n_qb, (w.sk + kBlockN - 1) / kBlockN);
     const int q_last = min(q0 + kBlockM, w.sq) - 1;
     return static_cast<int>((p.mask.key_end(q_last, w.sq, w.sk) - 1) / kBlockN) - w.kv_block;
   }
@@ -364,12 +394,13 @@ struct BwdKernel {
 };
 
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::decode(const sm80::BwdParams& p, int idx,
+__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::decode(const sm80::BwdParams& p, bool rotate, int idx,
                                                                      Steps& w) {
   // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
   // (causal: the longest tiles of a head first), or in the deterministic mode descending: there
   // the dQ tiles of a q block are added from the highest kv block down, so every tile waits only
-  // on tiles drawn before it, each one step ahead of it (dq_turn). GQA under a causal-like
+  // on tiles drawn before it, each one step ahead of it (dq_turn; rotate: RotatedQOrder's turns,
+  // the tiles dealt in rounds of whole heads, rotated_order). GQA under a causal-like
   // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
   // the group's query heads: kv block fastest left the last heads' long tiles to the end).
   const int heads_batch = p.heads_kv * p.batch;  // below 2^30 as the tiles
@@ -406,6 +437,8 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dec
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
   w.steps = w.n_qb * p.group;
+  // The rotated order over this batch's q and kv blocks (varlen: fewer than the maximum).
+  if (rotate) w.qb_first = RotatedQOrder::first_qb(w.kv_block, w.n_qb, (sk + kBlockN - 1) / kBlockN);
   return true;
 }
 
@@ -478,7 +511,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int num_tiles = static_cast<int>(num_tiles_of(p));  // below 2^30 (can_implement)
   int idx = static_cast<int>(blockIdx.x);
+  const bool rotate = params.rotated != 0;
+  const bool dealt = rotate && p.locks != nullptr;  // rounds of whole heads (rotated_order)
   const auto draw = [&] {
+    if (dealt) {
+      idx += static_cast<int>(gridDim.x);
+      return;
+    }
     const int drawn = lane == 0 ? atomicAdd(p.tile_counter, 1) : 0;
     idx = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, drawn, 0);
   };
@@ -486,7 +525,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
   for (int tile = 0;; ++tile) {
     Steps w;
     bool any = false;
-    while (idx < num_tiles && !(any = decode(p, idx, w))) draw();
+    while (idx < num_tiles && !(any = decode(p, rotate, idx, w))) draw();
     if (!any) w.kv_block = -1;  // none left
     // The slot's readers released its previous tile (a fresh barrier's "previous phase" counts
     // as complete).
@@ -517,7 +556,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
       const int stage = static_cast<int>((ring + s) % kStages);
       const uint32_t phase = ((ring + s) / kStages) & 1;
       const int h = w.hk * p.group + s / w.n_qb;
-      const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
+      const int q0 = step_qb(w, s) * kBlockM;
       const SmemBarrier full{bars + kBarFull + stage}, empty{bars + kBarEmpty + stage};
       // LSE and D of the step's rows, read before the wait for the stage (their latency runs
       // under it): +inf and 0 past sq; a row with no visible key has LSE = −inf: +inf here, so
@@ -591,7 +630,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dq_
     for (int s = 0; s < w.steps; ++s, ++ring) {
       const int stage = static_cast<int>(ring % kStages);
       const int h = w.hk * p.group + s / w.n_qb;
-      const int qb = w.qb_first + s % w.n_qb;
+      const int qb = step_qb(w, s);
       const int q0 = qb * kBlockM;
       if constexpr (kSplitD) {
         SmemBarrier{bars + kBarDqFull + stage}.wait((ring / kStages) & 1);
@@ -602,7 +641,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dq_
       if (lane == 0) {
         if (p.locks != nullptr) {
           lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
-          const int expected = dq_turn(p, w, q0);
+          const int expected = dq_turn(p, params.rotated != 0, w, q0);
           while (ptx::ld_acquire_gpu(lock) < expected) {
           }
           cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
@@ -851,7 +890,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::con
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
     const int h = w.hk * p.group + s / w.n_qb;
-    const int qb = w.qb_first + s % w.n_qb;
+    const int qb = step_qb(w, s);
     const int q0 = qb * kBlockM;
     const SmemBarrier full{bars + kBarFull + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
@@ -1052,7 +1091,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::con
   for (int s = 0; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
-    const int q0 = (w.qb_first + s % w.n_qb) * kBlockM;
+    const int q0 = step_qb(w, s) * kBlockM;
     const SmemBarrier full{bars + kBarFull + stage};
     const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;

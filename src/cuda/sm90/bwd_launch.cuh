@@ -106,7 +106,9 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   const auto entry = &kernel_entry<Kernel>;
   const int smem = Kernel::smem_bytes();
   set_smem_limit_once<Kernel>(smem);
-  entry<<<Kernel::grid(full, multiprocessor_count()), Kernel::block(), smem, stream>>>(full);
+  const int sm_count = multiprocessor_count();
+  full.rotated = Kernel::rotated_order(p, sm_count) ? 1 : 0;
+  entry<<<Kernel::grid(full, sm_count), Kernel::block(), smem, stream>>>(full);
   check_launch("sm90 backward");
 }
 

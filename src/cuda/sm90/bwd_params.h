@@ -28,6 +28,9 @@ struct BwdParams {
   CUtensorMap tm_dk;
   CUtensorMap tm_dv;
   int dkdv_by_tma;
+  // 1: the q blocks of every tile go in RotatedQOrder (BwdKernel::rotated_order); in the
+  // deterministic mode the tiles are then dealt out in rounds of whole heads, not drawn.
+  int rotated;
 };
 
 }  // namespace fa::cuda::sm90

@@ -234,7 +234,8 @@ struct BwdKernel {
   // after it: the tiles of a head must all run at once, so there the tiles are dealt out in
   // rounds of whole heads (a CTA's next tile is its current one + gridDim.x, gridDim.x a
   // multiple of the kv blocks) instead of drawn, where a CTA holding its next tile could hold
-  // one its current tile waits on.
+  // one its current tile waits on; the launch is cooperative, so that the whole grid is resident
+  // (bwd_launch: refused, the descending order).
   static bool rotated_order(const sm80::BwdParams& p, int sm_count) {
     if (kRotatedOrder == 0 || !p.mask.none() || !RotatedQOrder::fits(p.num_q_blocks, p.num_kv_blocks)) return false;
     return p.locks == nullptr ? kRotatedOrder == 2 : p.num_kv_blocks <= sm_count;

@@ -108,6 +108,29 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   set_smem_limit_once<Kernel>(smem);
   const int sm_count = multiprocessor_count();
   full.rotated = Kernel::rotated_order(p, sm_count) ? 1 : 0;
+  if (full.rotated != 0 && p.locks != nullptr) {
+    // The deterministic rotated order needs every CTA of the grid resident at once
+    // (rotated_order): a cooperative launch guarantees that or is refused, and refused (fewer
+    // multiprocessors free than the device has), the problem takes the descending order.
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = Kernel::grid(full, sm_count);
+    config.blockDim = Kernel::block();
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    config.attrs = &cooperative;
+    config.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&config, entry, full);
+    if (err != cudaErrorCooperativeLaunchTooLarge) {
+      check(err, "sm90 backward (cooperative launch)");
+      check_launch("sm90 backward");
+      return;
+    }
+    (void)cudaGetLastError();
+    full.rotated = 0;
+  }
   entry<<<Kernel::grid(full, sm_count), Kernel::block(), smem, stream>>>(full);
   check_launch("sm90 backward");
 }

@@ -83,7 +83,8 @@ struct SmemBarrier {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
-          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_>
+          bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_,
+          bool kIdleSlices_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -115,6 +116,10 @@ struct FwdKernel {
   // The producer's loads from two threads, Q and K from one and V from another (producer_v), so
   // that waiting for a V stage to be released holds back no K load; else all from thread 0.
   static constexpr bool kSplitProducer = kSplitProducer_;
+  // A consumer warpgroup whose 64 rows of a tile all lie past the sequence skips the tile's
+  // GEMMs (consumer_idle) instead of computing rows nobody stores; chosen per head dim
+  // (sm90/fwd_config.h).
+  static constexpr bool kIdleSlices = kIdleSlices_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -314,6 +319,17 @@ struct FwdKernel {
   // kNextS: waits for round's Q (and its tile's first K block, the kv-th of the CTA) and returns
   // the address issue_s reads the keys from: that K block, or the stand-in's.
   __device__ __forceinline__ static uint32_t round_s_keys(const Smem& sm, const Barriers& b, int round, int kv);
+  // Does the warpgroup's 64-row slice of the tile lie wholly past the sequence (the last q block
+  // of a length that is no multiple of kBlockM)? Then it has nothing to compute or store.
+  __device__ __forceinline__ static bool slice_idle(int group, const TileWork& w) {
+    return kIdleSlices && w.m0 + 64 * group >= w.sq;
+  }
+  // An idle slice's tile: no GEMM of its own, only what the other warpgroups and the producer
+  // count on: its arrivals on every K/V stage and on the Q buffer, as many ping-pong turns as a
+  // computing warpgroup takes, and with kNextS the next round's S_0 in flight on exit.
+  __device__ __forceinline__ static void consumer_idle(const Smem& sm, int group, const Barriers& b,
+                                                       const TileWork& w, int kv_base, int round,
+                                                       float (&s)[kNT * 4]);
   // Does O leave by TMA stores (staged as kOBuffer says)? Uniform over the grid.
   __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
   // Is the tile's Q buffer free once the warpgroup's last Q·Kᵀ has landed (O not staged in it)?
@@ -326,8 +342,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -388,12 +404,15 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
         w.sk = params.prob.seqlen_k;
         w.q_first = w.k_first = 0;
       }
-      if constexpr (kOverlap) {
+      const bool idle = slice_idle(group, w);
+      if (idle) {
+        consumer_idle(sm, group, b, w, kv_base, round, s);
+      } else if constexpr (kOverlap) {
         consumer_overlapped(params, group, sm, b, w, kv_base, round, s);
       } else {
         consumer(params, group, sm, b, w, kv_base);
       }
-      if (w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
+      if (!idle && w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
     if constexpr (kNextS) ptx::warpgroup_wait<0>();  // the stand-in S of the round that found no tile
@@ -408,8 +427,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // tile's K and V blocks through the kStages-deep ring, or with kSplitProducer the K blocks only
 // (thread 32, producer_v, loads the V blocks). The ring and the Q buffer run on over the tiles,
 // so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -461,8 +480,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // Thread 32: the V blocks of the tiles thread 0 chose, in the same ring order. It reads each
 // tile's slot once work_full says it is written, then counts itself on that Q stage's q_empty
 // (so the slot is not rewritten before it was read).
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::producer_v(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::producer_v(const Params& params,
                                                                                   const Smem& sm,
                                                                                   const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -481,8 +500,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 }
 
 // The V block of key rows row0.. into ring stage `stage` once the consumers released it.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::load_v(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::load_v(
     const Params& params, const Smem& sm, const Barriers& b, int stage, uint32_t phase, int row0, int head_kv,
     int batch) {
   b.v_empty(stage).wait(phase ^ 1);
@@ -496,8 +515,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -582,8 +601,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -701,8 +720,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -867,8 +886,54 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::issue_s(const Smem& sm, int group,
+// The turns match the computing schedules': overlapped, one a block from the second (from the
+// first without kNextS) and one for the last P·V (with kNextS also when there is no key, the turn
+// that issues the next S_0); the v1 schedule, two a block. Each turn comes before the block's
+// waits, so an idle warpgroup holds no turn while it waits for a load. The waits keep the
+// arrivals in the right phase: a stage's k_full / v_full of block it completes only after its
+// empty barrier's phase of block it - kStages did.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer_idle(
+    const Smem& sm, int group, const Barriers& b, const TileWork& w, int kv_base, int round, float (&s)[kNT * 4]) {
+  const bool lane0 = threadIdx.x % 32 == 0;
+  const int n_blocks = w.n_blocks;
+  if constexpr (kNextS) {  // this round's S_0 read the Q buffer: let it land before releasing it
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(s);
+  }
+  b.q_empty(w.q_stage).arrive();
+  for (int it = 0; it < n_blocks; ++it) {
+    if (!kOverlap || it > 0 || !kNextS) {
+      wait_turn(group);
+      pass_turn(group);
+    }
+    if (!kOverlap) {
+      wait_turn(group);
+      pass_turn(group);
+    }
+    const int st = stage_of(kv_base + it);
+    const uint32_t ph = phase_of(kv_base + it);
+    b.k_full(st).wait(ph);
+    if (lane0) b.k_empty(st).arrive();
+    b.v_full(st).wait(ph);
+    if (lane0) b.v_empty(st).arrive();
+  }
+  if constexpr (kNextS) {
+    const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
+    ptx::warpgroup_fence_operand(s);
+    wait_turn(group);
+    ptx::warpgroup_fence();
+    issue_s(sm, group, (round + 1) % kQStages, next_k, s);
+    ptx::warpgroup_commit();
+    pass_turn(group);
+  } else if (kOverlap && n_blocks > 0) {
+    wait_turn(group);
+    pass_turn(group);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -884,8 +949,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

@@ -297,6 +297,9 @@ void mode_correct(const std::string& shapes_file) {
   shapes.push_back(shape("d64_dv128", 2, 77, 150, 2, 2, 64, 128));
   shapes.push_back(shape("d200", 1, 190, 260, 2, 1, 200, 200));
   shapes.push_back(shape("bh_over_64k", 2, 2, 3, 40000, 40000, 64, 64));
+  // Masked hdim-64 problems from 4096 query rows run the 192-row tiles: 4096 = 21·192 + 64, so
+  // the last (the diagonal's longest) tile splits its keys over the warpgroups (consumer_split).
+  shapes.push_back(shape("tail_d64", 1, 4096, 4096, 1, 1, 64, 64));
   struct Feature {
     bool causal;
     int64_t wl, wr;
@@ -453,8 +456,9 @@ void mode_sanitize() {
   run_case(c);
   c.s = shape("san_rounds_d256", 2, 300, 200, 24, 8, 256, 256), c.causal = true;
   run_case(c);
-  // 1000 = 5·192 + 40 query rows: the last q block of the 192-row hdim-64 tiles leaves two
-  // consumer warpgroups idle (consumer_idle), on CTAs that run several tiles.
+  // 1000 = 5·192 + 40 query rows: the last q block of the 192-row hdim-64 tiles has one slice in
+  // the sequence, its three key blocks split over the warpgroups (consumer_split), on CTAs that
+  // run several tiles.
   c.s = shape("san_idle_d64", 2, 1000, 300, 16, 4, 64, 64), c.causal = false;
   run_case(c);
   // The cases above run the last sm90 row of their head dim (sm90/fwd_config.h, kRow). Unmasked

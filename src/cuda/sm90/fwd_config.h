@@ -59,10 +59,15 @@ inline constexpr bool kSm90FwdVarlen = true;
 // kSplitProducer: K and V loaded by two producer threads (fwd_kernel.cuh), so that a V stage
 // released late holds back no K load: +2–6% on short and causal problems at 64 and 128 (the
 // second rows), −1% at 128 and −3 to −7% at 256 on long unmasked ones (docs/PERF.md).
-// kIdleSlices: a consumer warpgroup whose 64 rows of a tile all lie past the sequence skips the
-// tile's GEMMs (fwd_kernel.cuh, consumer_idle): the last q block of the 192-row tiles at every
-// length of the grid (1024 = 5·192 + 64), of the 128-row ones at lengths of 128k + 1 .. 128k + 64.
+// kTail: what a tile does with its 64-row slices that lie wholly past the sequence (the last q
+// block of a length that is no multiple of kBlockM: of the 192-row tiles at every length of the
+// grid, 1024 = 5·192 + 64): kTailCompute computes them and drops the rows; kTailIdle lets their
+// warpgroups skip the tile's GEMMs (fwd_kernel.cuh, consumer_idle); kTailSplit also deals the key
+// blocks of a tile with one slice in the sequence over all the warpgroups, which then combine
+// their partial softmax and O (consumer_split). At 128 and 256 their code costs the other tiles
+// (spills 20 -> 76 bytes at 128; at 256 −3 to −5% on long unmasked problems, docs/PERF.md).
 inline constexpr int kEveryMasked = 1 << 30;
+inline constexpr int kTailCompute = 0, kTailIdle = 1, kTailSplit = 2;
 template <int kHeadDim, int kRow = 0>
 struct FwdConfig;
 template <>
@@ -75,7 +80,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
   static constexpr bool kSplitProducer = false;
-  static constexpr bool kIdleSlices = true;
+  static constexpr int kTail = kTailSplit;
 };
 template <>
 struct FwdConfig<64, 1> {  // 113 KiB (O staged apart), two consumer warpgroups
@@ -87,7 +92,7 @@ struct FwdConfig<64, 1> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
   static constexpr bool kSplitProducer = true;
-  static constexpr bool kIdleSlices = true;
+  static constexpr int kTail = kTailIdle;
 };
 template <int kRow>
 struct FwdConfig<128, kRow> {  // 225 KiB (O staged apart)
@@ -101,7 +106,7 @@ struct FwdConfig<128, kRow> {  // 225 KiB (O staged apart)
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kRow == 0 ? 2 : 0;
   static constexpr bool kSplitProducer = kRow == 1;
-  static constexpr bool kIdleSlices = false;  // the consumers spill more with it (20 -> 76 bytes)
+  static constexpr int kTail = kTailCompute;
 };
 template <int kRow>
 struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 KiB with 64-key blocks
@@ -115,7 +120,7 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kRow == 0 ? 1 : 0;
   static constexpr bool kSplitProducer = false;
-  static constexpr bool kIdleSlices = true;
+  static constexpr int kTail = kTailCompute;
 };
 
 template <int kHeadDim, int kRow = 0>

@@ -25,6 +25,7 @@
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/stmatrix.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_params.h"
 
 namespace fa::cuda::sm90 {
@@ -84,7 +85,7 @@ struct SmemBarrier {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
           bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_,
-          bool kIdleSlices_>
+          int kTail_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -116,10 +117,10 @@ struct FwdKernel {
   // The producer's loads from two threads, Q and K from one and V from another (producer_v), so
   // that waiting for a V stage to be released holds back no K load; else all from thread 0.
   static constexpr bool kSplitProducer = kSplitProducer_;
-  // A consumer warpgroup whose 64 rows of a tile all lie past the sequence skips the tile's
-  // GEMMs (consumer_idle) instead of computing rows nobody stores; chosen per head dim
-  // (sm90/fwd_config.h).
-  static constexpr bool kIdleSlices = kIdleSlices_;
+  // The slices of a tile past the sequence (sm90/fwd_config.h, kTail): computed, skipped
+  // (consumer_idle) or, where one slice is left, its keys split over the warpgroups
+  // (consumer_split).
+  static constexpr int kTail = kTail_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -168,8 +169,14 @@ struct FwdKernel {
   static constexpr bool kOBuffer =
       kTmaStoreO && kAlign + (kQStages + 1) * kQBytes + 2 * kStages * kKVBytes + kTailBytes <= kMaxSmem;
   static constexpr int kOOffset = kQStages * kQBytes + 2 * kStages * kKVBytes;  // after Q, K, V
-  static constexpr int kTileBytes = kOOffset + (kOBuffer ? kQBytes : 0);
+  // kTailSplit: after the O buffer, the partial softmax (m, l) and O of every warpgroup but the
+  // first, fp32, value-major: [warpgroup - 1][value][thread] (consumer_split).
+  static constexpr int kSplitValues = 4 + kHeadDim / 2;
+  static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : 0);
+  static constexpr int kSplitBytes = kTail == kTailSplit ? (kConsumerGroups - 1) * kSplitValues * kWarpGroupThreads * 4 : 0;
+  static constexpr int kTileBytes = kSplitOffset + kSplitBytes;
   static constexpr int kSmemBytes = kAlign + kTileBytes + kTailBytes;
+  static_assert(kSmemBytes <= kMaxSmem, "shared memory");
   // The overlapped schedule issues the next round's first Q·Kᵀ with this tile's last P·V, so
   // that it runs under the epilogue: the next tile's Q must load meanwhile (two Q buffers). A
   // round with no tile, or a tile with no key, gets a stand-in Q·Qᵀ on its own Q buffer instead
@@ -181,6 +188,7 @@ struct FwdKernel {
   static_assert(!kNextS || kBlockN <= kBlockM, "the stand-in S reads kBlockN rows of a Q buffer");
   static constexpr int kOStoreRows = 64;
   static constexpr int kStoreBarrier = kTurnBarrier + kConsumerGroups;  // one a warpgroup: its 128 threads
+  static constexpr int kSplitBarrier = kStoreBarrier + kConsumerGroups;  // every consumer thread
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
@@ -322,8 +330,28 @@ struct FwdKernel {
   // Does the warpgroup's 64-row slice of the tile lie wholly past the sequence (the last q block
   // of a length that is no multiple of kBlockM)? Then it has nothing to compute or store.
   __device__ __forceinline__ static bool slice_idle(int group, const TileWork& w) {
-    return kIdleSlices && w.m0 + 64 * group >= w.sq;
+    return kTail != kTailCompute && w.m0 + 64 * group >= w.sq;
   }
+  // Is the tile's key range split over the warpgroups (consumer_split): one slice in the
+  // sequence, and at least one key block for each warpgroup? The same for every warpgroup.
+  __device__ __forceinline__ static bool tile_split(const TileWork& w) {
+    return kTail == kTailSplit && w.m0 + 64 >= w.sq && w.n_blocks >= kConsumerGroups;
+  }
+  // The split tile: warpgroup g computes the first slice's S, softmax and P·V over the key blocks
+  // g, g + G, g + 2G, ... (each GEMM waited for at once, no ping-pong turns), keeps its arrivals on
+  // the other blocks' stages, then the warpgroups combine their m, l and O through shared memory
+  // and the first stores the slice. With kNextS the next round's S_0 goes out in one turn.
+  __device__ __forceinline__ static void consumer_split(const Params& p, int group, const Smem& sm,
+                                                        const Barriers& b, const TileWork& w, int kv_base,
+                                                        int round, float (&s)[kNT * 4]);
+  // Softcap, the element mask where block it is not wholly visible to rows row0 (+ 8), the
+  // softmax step (O rescaled) and P packed as the A operand of the P·V: the v1 schedule's block.
+  __device__ __forceinline__ static void scores_to_p(const sm80::FwdParams& p, const TileWork& w, int it, int row0,
+                                                     float (&s)[kNT * 4], OnlineSoftmax<1>& softmax,
+                                                     float (&o3)[1][kOT][4], uint32_t (&p_frag)[kBlockN / 16][4]);
+  // The first warpgroup's m, l and O become the combination of every warpgroup's (consumer_split).
+  __device__ __forceinline__ static void combine_split(const Smem& sm, int group, float score_log2,
+                                                       OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]);
   // An idle slice's tile: no GEMM of its own, only what the other warpgroups and the producer
   // count on: its arrivals on every K/V stage and on the Q buffer, as many ping-pong turns as a
   // computing warpgroup takes, and with kNextS the next round's S_0 in flight on exit.
@@ -342,8 +370,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -404,15 +432,23 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
         w.sk = params.prob.seqlen_k;
         w.q_first = w.k_first = 0;
       }
-      const bool idle = slice_idle(group, w);
-      if (idle) {
+      const auto compute = [&]() {
+        if constexpr (kOverlap) {
+          consumer_overlapped(params, group, sm, b, w, kv_base, round, s);
+        } else {
+          consumer(params, group, sm, b, w, kv_base);
+        }
+        if (w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
+      };
+      if constexpr (kTail == kTailCompute) {
+        compute();
+      } else if (tile_split(w)) {
+        consumer_split(params, group, sm, b, w, kv_base, round, s);
+      } else if (slice_idle(group, w)) {
         consumer_idle(sm, group, b, w, kv_base, round, s);
-      } else if constexpr (kOverlap) {
-        consumer_overlapped(params, group, sm, b, w, kv_base, round, s);
       } else {
-        consumer(params, group, sm, b, w, kv_base);
+        compute();
       }
-      if (!idle && w.n_blocks == 0 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // else after the last S
       kv_base += w.n_blocks;
     }
     if constexpr (kNextS) ptx::warpgroup_wait<0>();  // the stand-in S of the round that found no tile
@@ -427,8 +463,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // tile's K and V blocks through the kStages-deep ring, or with kSplitProducer the K blocks only
 // (thread 32, producer_v, loads the V blocks). The ring and the Q buffer run on over the tiles,
 // so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -480,8 +516,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // Thread 32: the V blocks of the tiles thread 0 chose, in the same ring order. It reads each
 // tile's slot once work_full says it is written, then counts itself on that Q stage's q_empty
 // (so the slot is not rewritten before it was read).
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::producer_v(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::producer_v(const Params& params,
                                                                                   const Smem& sm,
                                                                                   const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -500,8 +536,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 }
 
 // The V block of key rows row0.. into ring stage `stage` once the consumers released it.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::load_v(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::load_v(
     const Params& params, const Smem& sm, const Barriers& b, int stage, uint32_t phase, int row0, int head_kv,
     int batch) {
   b.v_empty(stage).wait(phase ^ 1);
@@ -515,21 +551,17 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
                                                                                 int kv_base) {
   const sm80::FwdParams& p = params.prob;
-  const int sq = w.sq;
-  const int sk = w.sk;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int warp = tid / 32;  // within the warpgroup: rows 16·warp .. 16·warp + 15
   const int lane = tid % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
+  const int row0 = w.m0 + 64 * group + 16 * warp + lane / 4;  // sequence row of d[4i], d[4i+1]
   const int n_blocks = w.n_blocks;
 
   float acc_o[kOT * 4];
@@ -557,28 +589,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
     if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
 
-    auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
-    // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
-    if (p.softcap > 0.f) {
-#pragma unroll
-      for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
-    }
-    const int n0 = (w.nb_begin + it) * kBlockN;
-    if (!(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
-      warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
-    }
-    // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
-    softmax.step(s3, o3, p.score_log2);
-
-    // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
     uint32_t p_frag[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
-      p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
-      p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
-      p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
-    }
+    scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
 
     // O += P·V_it   (V rows are keys = the k dimension, D contiguous: MN-major, transpose bit;
     // leading offset = bytes between 64-column panels, k16 step = 16 rows of 128 bytes)
@@ -601,8 +613,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -720,8 +732,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -886,14 +898,163 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, softmax, o3);
 }
 
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::scores_to_p(
+    const sm80::FwdParams& p, const TileWork& w, int it, int row0, float (&s)[kNT * 4], OnlineSoftmax<1>& softmax,
+    float (&o3)[1][kOT][4], uint32_t (&p_frag)[kBlockN / 16][4]) {
+  auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
+  // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
+  if (p.softcap > 0.f) {
+#pragma unroll
+    for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
+  }
+  const int n0 = (w.nb_begin + it) * kBlockN;
+  if (!(n0 + kBlockN <= w.sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
+    warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * (static_cast<int>(threadIdx.x) % 4), w.sq, w.sk);
+  }
+  // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
+  softmax.step(s3, o3, p.score_log2);
+  // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
+    p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
+    p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
+    p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
+  }
+}
+
+// Every warpgroup holds the same rows in the same registers (the first slice), so the combination
+// is element by element: M = max over the warpgroups of m; l = sum of l·exp2((m − M)·c) (each
+// lane's partial sum, quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no
+// warpgroup saw a key of keeps M = −inf and l = 0.
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_split(
+    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
+    float (&s)[kNT * 4]) {
+  const sm80::FwdParams& p = params.prob;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  const int lane = tid % 32;
+  const int row0 = w.m0 + 16 * (tid / 32) + lane / 4;  // the first slice's rows, in every warpgroup
+
+  if constexpr (kNextS) {  // this round's S_0: the first warpgroup's first block; the others' is dropped
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(s);
+  }
+  float acc_o[kOT * 4];
+#pragma unroll
+  for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;
+  auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  for (int it = 0; it < w.n_blocks; ++it) {
+    const int stage = stage_of(kv_base + it);
+    const uint32_t phase = phase_of(kv_base + it);
+    b.k_full(stage).wait(phase);
+    if (it % kConsumerGroups != group) {  // another warpgroup's block
+      if (lane == 0) b.k_empty(stage).arrive();
+      b.v_full(stage).wait(phase);
+      if (lane == 0) b.v_empty(stage).arrive();
+      continue;
+    }
+    if (!kNextS || it > 0) {
+      ptx::warpgroup_fence_operand(s);
+      ptx::warpgroup_fence();
+      issue_s(sm, 0, w.q_stage, sm.k + stage * kKVBytes, s);
+      ptx::warpgroup_commit();
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(s);
+    }
+    if (lane == 0) b.k_empty(stage).arrive();
+    uint32_t p_frag[kBlockN / 16][4];
+    scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
+    b.v_full(stage).wait(phase);
+    const uint32_t v_base = sm.v + stage * kKVBytes;
+    ptx::warpgroup_fence_operand(acc_o);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
+    }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(acc_o);
+    if (lane == 0) b.v_empty(stage).arrive();
+  }
+  // Q read by every GEMM of this tile; with O staged in the Q buffer the first warpgroup's store
+  // releases it instead.
+  if (group > 0 || q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
+  combine_split(sm, group, p.score_log2, softmax, acc_o);
+  if constexpr (kNextS) {
+    const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + w.n_blocks);
+    ptx::warpgroup_fence_operand(s);
+    wait_turn(group);
+    ptx::warpgroup_fence();
+    issue_s(sm, group, (round + 1) % kQStages, next_k, s);
+    ptx::warpgroup_commit();
+    pass_turn(group);
+  }
+  if (group == 0) store_tile(params, group, sm, b, w, softmax, o3);
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::combine_split(const Smem& sm, int group, float score_log2,
+                                                                       OnlineSoftmax<1>& softmax,
+                                                                       float (&acc_o)[kOT * 4]) {
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  float* buf = reinterpret_cast<float*>(sm.base + kSplitOffset);
+  // Value v of warpgroup g > 0, thread tid.
+  const auto at = [&](int g, int v) -> float& { return buf[((g - 1) * kSplitValues + v) * kWarpGroupThreads + tid]; };
+  if (group > 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      at(group, h) = softmax.row_max[0][h];
+      at(group, 2 + h) = softmax.row_sum[0][h];
+    }
+#pragma unroll
+    for (int i = 0; i < kOT * 4; ++i) at(group, 4 + i) = acc_o[i];
+  }
+  ptx::named_barrier_sync(kSplitBarrier, kConsumerGroups * kWarpGroupThreads);
+  if (group == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = softmax.row_max[0][h];
+#pragma unroll
+      for (int g = 1; g < kConsumerGroups; ++g) m = fmaxf(m, at(g, h));
+      const float m_scaled = m == -INFINITY ? 0.f : m * score_log2;
+      const float f0 = ptx::ex2_approx(softmax.row_max[0][h] * score_log2 - m_scaled);
+      float l = softmax.row_sum[0][h] * f0;
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot) {
+        acc_o[4 * ot + 2 * h] *= f0;
+        acc_o[4 * ot + 2 * h + 1] *= f0;
+      }
+#pragma unroll
+      for (int g = 1; g < kConsumerGroups; ++g) {
+        const float f = ptx::ex2_approx(at(g, h) * score_log2 - m_scaled);
+        l = fmaf(at(g, 2 + h), f, l);
+#pragma unroll
+        for (int ot = 0; ot < kOT; ++ot) {
+          acc_o[4 * ot + 2 * h] = fmaf(at(g, 4 + 4 * ot + 2 * h), f, acc_o[4 * ot + 2 * h]);
+          acc_o[4 * ot + 2 * h + 1] = fmaf(at(g, 4 + 4 * ot + 2 * h + 1), f, acc_o[4 * ot + 2 * h + 1]);
+        }
+      }
+      softmax.row_max[0][h] = m;
+      softmax.row_sum[0][h] = l;
+    }
+  }
+  ptx::named_barrier_sync(kSplitBarrier, kConsumerGroups * kWarpGroupThreads);  // read before a later split writes it
+}
+
 // The turns match the computing schedules': overlapped, one a block from the second (from the
 // first without kNextS) and one for the last P·V (with kNextS also when there is no key, the turn
 // that issues the next S_0); the v1 schedule, two a block. Each turn comes before the block's
 // waits, so an idle warpgroup holds no turn while it waits for a load. The waits keep the
 // arrivals in the right phase: a stage's k_full / v_full of block it completes only after its
 // empty barrier's phase of block it - kStages did.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::consumer_idle(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_idle(
     const Smem& sm, int group, const Barriers& b, const TileWork& w, int kv_base, int round, float (&s)[kNT * 4]) {
   const bool lane0 = threadIdx.x % 32 == 0;
   const int n_blocks = w.n_blocks;
@@ -932,8 +1093,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::issue_s(const Smem& sm, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -949,8 +1110,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, bool Is>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Is>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

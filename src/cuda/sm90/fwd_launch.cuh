@@ -19,7 +19,7 @@ template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false,
           class C = FwdConfig<kHeadDim, kRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
                                kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
-                               C::kSplitProducer, C::kIdleSlices>;
+                               C::kSplitProducer, C::kTail>;
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 // sm_count: the device's multiprocessors (the persistent grid's bound).

@@ -199,6 +199,14 @@ struct FwdKernel {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n extent / TMA box");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
+  // Are the tiles drawn from a counter (Params::tile_counter) rather than dealt in the static
+  // order? Where they differ in cost: under causal-like masks, and where the last q block's
+  // keys are split (tile_split: about half a tile's time), which the static order would deal to
+  // the same CTAs (the grid, 132, a multiple of the q blocks a head).
+  static bool draws_tiles(const sm80::FwdParams& p) {
+    const int rest = p.seqlen_q % kBlockM;
+    return LongestFirstScheduler::by_length(p.mask) || (kTail == kTailSplit && rest > 0 && rest <= 64);
+  }
   static dim3 block() { return dim3(kThreads); }
   // Persistent: at most one CTA per SM, each running tiles blockIdx.x, + gridDim.x, ...
   static dim3 grid(const Params& p, int sm_count) {

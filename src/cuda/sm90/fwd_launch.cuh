@@ -109,10 +109,10 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   const int sm_count = multiprocessor_count();
   const std::string why = make_fwd_params<kHeadDim, kIsBf16, kRow>(p, sm_count, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
-  // Causal tiles differ in length: CTAs draw them from a counter, zeroed on the stream.
+  // Tiles of different costs: CTAs draw them from a counter, zeroed on the stream.
   std::unique_ptr<AsyncBuffer> counter;
   full.tile_counter = nullptr;
-  if (LongestFirstScheduler::by_length(p.mask)) {
+  if (Kernel::draws_tiles(p)) {
     counter = std::make_unique<AsyncBuffer>(sizeof(int), stream);
     full.tile_counter = static_cast<int*>(counter->get());
     FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, sizeof(int), stream));

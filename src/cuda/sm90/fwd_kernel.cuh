@@ -6,7 +6,9 @@
 // each owning 64 query rows: S = Q·Kᵀ (wgmma, both operands in shared memory),
 // online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
 // descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
-// `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). Receives
+// `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). A tile's slices
+// past the sequence skip it (`consumer_idle`) or, with one slice left, split its keys
+// (`consumer_split`), as FwdConfig::kTail says. Receives
 // validated FwdParams; does not choose tile sizes or launch.
 #pragma once
 
@@ -173,7 +175,8 @@ struct FwdKernel {
   // first, fp32, value-major: [warpgroup - 1][value][thread] (consumer_split).
   static constexpr int kSplitValues = 4 + kHeadDim / 2;
   static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : 0);
-  static constexpr int kSplitBytes = kTail == kTailSplit ? (kConsumerGroups - 1) * kSplitValues * kWarpGroupThreads * 4 : 0;
+  static constexpr int kSplitBytes =
+      kTail == kTailSplit ? (kConsumerGroups - 1) * kSplitValues * kWarpGroupThreads * 4 : 0;
   static constexpr int kTileBytes = kSplitOffset + kSplitBytes;
   static constexpr int kSmemBytes = kAlign + kTileBytes + kTailBytes;
   static_assert(kSmemBytes <= kMaxSmem, "shared memory");
@@ -200,9 +203,10 @@ struct FwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   // Are the tiles drawn from a counter (Params::tile_counter) rather than dealt in the static
-  // order? Where they differ in cost: under causal-like masks, and where the last q block's
-  // keys are split (tile_split: about half a tile's time), which the static order would deal to
-  // the same CTAs (the grid, 132, a multiple of the q blocks a head).
+  // order? Where they differ in cost: under causal-like masks, and where the last q block's keys
+  // are split (tile_split: about half a tile's time). The static order deals tile idx to CTA
+  // idx % grid, so with a grid that is a multiple of the q blocks a head (132 CTAs, 6 q blocks
+  // at 1k) the cheap tiles would all go to the same CTAs.
   static bool draws_tiles(const sm80::FwdParams& p) {
     const int rest = p.seqlen_q % kBlockM;
     return LongestFirstScheduler::by_length(p.mask) || (kTail == kTailSplit && rest > 0 && rest <= 64);
@@ -932,10 +936,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-// Every warpgroup holds the same rows in the same registers (the first slice), so the combination
-// is element by element: M = max over the warpgroups of m; l = sum of l·exp2((m − M)·c) (each
-// lane's partial sum, quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no
-// warpgroup saw a key of keeps M = −inf and l = 0.
+// The blocks of the other warpgroups are waited for before their arrivals, in block order, so
+// no arrival depends on a later block: the ring runs as in the computing schedules.
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_split(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
@@ -1006,14 +1008,19 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   if (group == 0) store_tile(params, group, sm, b, w, softmax, o3);
 }
 
+// Every warpgroup holds the same rows in the same registers (the first slice), so the combination
+// is element by element: M = max over the warpgroups of m; l = sum of l·exp2((m − M)·c) (each
+// lane's partial sum, quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no
+// warpgroup saw a key of keeps M = −inf and l = 0.
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::combine_split(const Smem& sm, int group, float score_log2,
-                                                                       OnlineSoftmax<1>& softmax,
-                                                                       float (&acc_o)[kOT * 4]) {
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::combine_split(
+    const Smem& sm, int group, float score_log2, OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]) {
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   float* buf = reinterpret_cast<float*>(sm.base + kSplitOffset);
   // Value v of warpgroup g > 0, thread tid.
-  const auto at = [&](int g, int v) -> float& { return buf[((g - 1) * kSplitValues + v) * kWarpGroupThreads + tid]; };
+  const auto at = [&](int g, int v) -> float& {
+    return buf[((g - 1) * kSplitValues + v) * kWarpGroupThreads + tid];
+  };
   if (group > 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -64,8 +64,12 @@ inline constexpr bool kSm90FwdVarlen = true;
 // grid, 1024 = 5·192 + 64): kTailCompute computes them and drops the rows; kTailIdle lets their
 // warpgroups skip the tile's GEMMs (fwd_kernel.cuh, consumer_idle); kTailSplit also deals the key
 // blocks of a tile with one slice in the sequence over all the warpgroups, which then combine
-// their partial softmax and O (consumer_split). At 128 and 256 their code costs the other tiles
-// (spills 20 -> 76 bytes at 128; at 256 −3 to −5% on long unmasked problems, docs/PERF.md).
+// their partial softmax and O (consumer_split). Only the split pays: a warpgroup's tile takes
+// about as long alone as beside the others (the hdim-64 consumers are latency-bound), so idle
+// slices alone save no time (kTailIdle is what the split falls back on where a tile has fewer
+// key blocks than warpgroups, or two slices left). Elsewhere the tail code costs the other
+// tiles (spills 20 -> 76 bytes at 128; at 256 −3 to −5% on long unmasked problems), and the
+// tiles there compute their tails (docs/PERF.md).
 inline constexpr int kEveryMasked = 1 << 30;
 inline constexpr int kTailCompute = 0, kTailIdle = 1, kTailSplit = 2;
 template <int kHeadDim, int kRow = 0>
@@ -92,7 +96,7 @@ struct FwdConfig<64, 1> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;
   static constexpr bool kSplitProducer = true;
-  static constexpr int kTail = kTailIdle;
+  static constexpr int kTail = kTailCompute;
 };
 template <int kRow>
 struct FwdConfig<128, kRow> {  // 225 KiB (O staged apart)

@@ -459,7 +459,7 @@ void mode_sanitize() {
   // 1000 = 5·192 + 40 query rows: the last q block of the 192-row hdim-64 tiles has one slice in
   // the sequence, its three key blocks split over the warpgroups (consumer_split), on CTAs that
   // run several tiles.
-  c.s = shape("san_idle_d64", 2, 1000, 300, 16, 4, 64, 64), c.causal = false;
+  c.s = shape("san_split_d64", 2, 1000, 300, 16, 4, 64, 64), c.causal = false;
   run_case(c);
   // The cases above run the last sm90 row of their head dim (sm90/fwd_config.h, kRow). Unmasked
   // and long enough for the first row at 128 and 256 (part of the softmax under the P·V in

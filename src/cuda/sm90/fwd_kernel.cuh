@@ -332,6 +332,11 @@ struct FwdKernel {
   __device__ __forceinline__ static void consumer_overlapped(const Params& p, int group, const Smem& sm,
                                                              const Barriers& b, const TileWork& w, int kv_base,
                                                              int round, float (&s)[kNT * 4]);
+  // O += P·V issued (not committed) for one warpgroup, V at v_base (a K/V ring stage): MN-major
+  // (the transpose bit; leading offset = bytes between 64-column panels, k16 step = 16 rows of
+  // 128 bytes). first: O starts from this product (the first k16 step does not accumulate).
+  __device__ __forceinline__ static void issue_pv(uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4],
+                                                  float (&acc_o)[kOT * 4], bool first);
   // S = Q·Kᵀ issued (not committed) for one warpgroup: m64 n=BN, k16 steps of +32 bytes in each
   // 128-byte row; q_stage: the tile's Q buffer, k_base: the K block (or the stand-in's Q buffer).
   __device__ __forceinline__ static void issue_s(const Smem& sm, int group, int q_stage, uint32_t k_base,
@@ -604,18 +609,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     uint32_t p_frag[kBlockN / 16][4];
     scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
 
-    // O += P·V_it   (V rows are keys = the k dimension, D contiguous: MN-major, transpose bit;
-    // leading offset = bytes between 64-column panels, k16 step = 16 rows of 128 bytes)
+    // O += P·V_it
     b.v_full(stage).wait(phase);
     const uint32_t v_base = sm.v + stage * kKVBytes;
     wait_turn(group);
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
-    }
+    issue_pv(v_base, p_frag, acc_o, false);
     ptx::warpgroup_commit();
     pass_turn(group);
     ptx::warpgroup_wait<0>();
@@ -770,15 +770,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   auto& p_flat = reinterpret_cast<uint32_t(&)[kBlockN / 16 * 4]>(p_frag);
 
   const auto issue_qk = [&](int st) { issue_s(sm, group, w.q_stage, sm.k + st * kKVBytes, s); };
-  // O += P·V_st issued (not committed): V MN-major (transpose bit), k16 step = 16 rows.
-  const auto issue_pv = [&](int st, bool first) {
-    const uint32_t v_base = sm.v + st * kKVBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
-    }
-  };
   // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
   // warp_softmax_deferred.
   const auto scores = [&](int it, float (&alpha)[2]) {
@@ -851,7 +842,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence();
       issue_qk(stage);  // S_it = Q·K_itᵀ
       ptx::warpgroup_commit();
-      issue_pv(prev, it == 1);  // O += P_{it-1}·V_{it-1}
+      issue_pv(sm.v + prev * kKVBytes, p_frag, acc_o, it == 1);  // O += P_{it-1}·V_{it-1}
       ptx::warpgroup_commit();
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
@@ -883,7 +874,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_fence_operand(s);
     wait_turn(group);
     ptx::warpgroup_fence();
-    issue_pv(last, n_blocks == 1);
+    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_blocks == 1);
     ptx::warpgroup_commit();
     if constexpr (kNextS) {
       issue_s(sm, group, (round + 1) % kQStages, next_k, s);
@@ -982,11 +973,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     const uint32_t v_base = sm.v + stage * kKVBytes;
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, 1);
-    }
+    issue_pv(v_base, p_frag, acc_o, false);
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
@@ -1105,6 +1092,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   } else if (kOverlap && n_blocks > 0) {
     wait_turn(group);
     pass_turn(group);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::issue_pv(
+    uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4], float (&acc_o)[kOT * 4], bool first) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+    ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
   }
 }
 

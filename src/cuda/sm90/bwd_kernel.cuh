@@ -240,10 +240,11 @@ struct BwdKernel {
     if (kRotatedOrder == 0 || !p.mask.none() || !RotatedQOrder::fits(p.num_q_blocks, p.num_kv_blocks)) return false;
     return p.locks == nullptr ? kRotatedOrder == 2 : p.num_kv_blocks <= sm_count;
   }
+  // Are the tiles dealt in rounds of whole heads (the rotated order in the deterministic mode)?
+  __host__ __device__ static bool dealt_rounds(const Params& p) { return p.rotated != 0 && p.prob.locks != nullptr; }
   static dim3 grid(const Params& p, int sm_count) {
     const int64_t tiles = num_tiles_of(p.prob);
-    const int ctas = p.rotated && p.prob.locks != nullptr ? sm_count / p.prob.num_kv_blocks * p.prob.num_kv_blocks
-                                                          : sm_count;
+    const int ctas = dealt_rounds(p) ? sm_count / p.prob.num_kv_blocks * p.prob.num_kv_blocks : sm_count;
     return dim3(static_cast<unsigned>(tiles < ctas ? tiles : ctas));
   }
 
@@ -513,7 +514,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
   const int num_tiles = static_cast<int>(num_tiles_of(p));  // below 2^30 (can_implement)
   int idx = static_cast<int>(blockIdx.x);
   const bool rotate = params.rotated != 0;
-  const bool dealt = rotate && p.locks != nullptr;  // rounds of whole heads (rotated_order)
+  const bool dealt = dealt_rounds(params);
   const auto draw = [&] {
     if (dealt) {
       idx += static_cast<int>(gridDim.x);

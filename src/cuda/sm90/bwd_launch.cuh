@@ -108,7 +108,7 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   set_smem_limit_once<Kernel>(smem);
   const int sm_count = multiprocessor_count();
   full.rotated = Kernel::rotated_order(p, sm_count) ? 1 : 0;
-  if (full.rotated != 0 && p.locks != nullptr) {
+  if (Kernel::dealt_rounds(full)) {
     // The deterministic rotated order needs every CTA of the grid resident at once
     // (rotated_order): a cooperative launch guarantees that or is refused, and refused (fewer
     // multiprocessors free than the device has), the problem takes the descending order.

@@ -49,7 +49,10 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
 }
 
 // D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); all of dQ_accum (whatever its layout)
-// and the tile counter = 0.
+// and the tile counter = 0. A block takes kPreRounds groups of rows_per_block tasks at a time, their
+// loads all issued before the first sum: a latency-bound pass otherwise (one 16-byte load of O
+// and of dO a lane, then the shuffles), as the rows are many and short.
+constexpr int kPreRounds = 4;
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -63,32 +66,38 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < accum4; i += int64_t(gridDim.x) * kRowThreads)
     reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The loop bound is block-uniform so that every lane reaches the shuffles below.
-  for (int64_t base = int64_t(blockIdx.x) * rows_per_block; base < tasks;
-       base += int64_t(gridDim.x) * rows_per_block) {
-    const int64_t task = base + threadIdx.x / lanes_per_row;
-    const bool valid = task < tasks;
-    const RowTask t = row_task(p, valid ? task : 0);
-    float acc = 0.f;
-    if (valid && col < p.head_dim_v) {
-      const T* o = static_cast<const T*>(p.o) +
-                   row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + col;
-      const T* d = static_cast<const T*>(p.dout) +
-                   row_offset(p, t.row, t.h, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
-                   col;
-      const uint4 ov = *reinterpret_cast<const uint4*>(o);
-      const uint4 dv = *reinterpret_cast<const uint4*>(d);
-      const uint32_t* o2 = reinterpret_cast<const uint32_t*>(&ov);
-      const uint32_t* d2 = reinterpret_cast<const uint32_t*>(&dv);
+  const int64_t span = int64_t(rows_per_block) * kPreRounds;
+  for (int64_t base = int64_t(blockIdx.x) * span; base < tasks; base += int64_t(gridDim.x) * span) {
+    uint4 ov[kPreRounds], dv[kPreRounds];
+    int64_t at[kPreRounds];
+#pragma unroll
+    for (int u = 0; u < kPreRounds; ++u) {
+      const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
+      const RowTask t = row_task(p, task < tasks ? task : 0);
+      at[u] = task < tasks ? t.lse_index : -1;
+      ov[u] = dv[u] = make_uint4(0, 0, 0, 0);
+      if (task < tasks && col < p.head_dim_v) {
+        ov[u] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) +
+                                                row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + col);
+        dv[u] = *reinterpret_cast<const uint4*>(
+            static_cast<const T*>(p.dout) + row_offset(p, t.row, t.h, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
+            col);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPreRounds; ++u) {
+      const uint32_t* o2 = reinterpret_cast<const uint32_t*>(&ov[u]);
+      const uint32_t* d2 = reinterpret_cast<const uint32_t*>(&dv[u]);
+      float acc = 0.f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 a = unpack2<kIsBf16>(o2[i]), b = unpack2<kIsBf16>(d2[i]);
         acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
       }
+      // D = rowsum over the row's lanes (a power-of-two group inside the warp)
+      for (int off = lanes_per_row / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (at[u] >= 0 && lane_in_row == 0) p.dsum[at[u]] = acc;
     }
-    // D = rowsum over the row's lanes (a power-of-two group inside the warp)
-    for (int off = lanes_per_row / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (!valid) continue;
-    if (lane_in_row == 0) p.dsum[t.lse_index] = acc;
   }
 }
 
@@ -160,9 +169,9 @@ int lanes_per_row(int dim) {
   return n;
 }
 
-unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
+unsigned row_blocks(const sm80::BwdParams& p, int lanes, int rounds = 1) {
   const int64_t tasks = p.rows_q * p.heads_q;
-  const int64_t rows_per_block = kRowThreads / lanes;
+  const int64_t rows_per_block = int64_t(kRowThreads / lanes) * rounds;
   const int64_t want = (tasks + rows_per_block - 1) / rows_per_block;
   const int64_t cap = int64_t(1) << 20;  // grid-stride beyond this
   return static_cast<unsigned>(want < cap ? want : cap);
@@ -172,7 +181,7 @@ unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
 
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim_v);
-  const unsigned blocks = row_blocks(p, lanes);
+  const unsigned blocks = row_blocks(p, lanes, kPreRounds);
   if (blocks == 0) return;
   if (bf16)
     bwd_pre_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);

@@ -116,50 +116,65 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
   const int col = lane_in_row * 8;
   if (col >= p.head_dim) return;  // no shuffles below: idle lanes may leave
   const sm80::DqTile tile{p.dq_tile_rows, p.dq_accum_pitch, p.dq_tile_warps_m};
-  for (int64_t task = int64_t(blockIdx.x) * rows_per_block + threadIdx.x / lanes_per_row;
-       task < tasks; task += int64_t(gridDim.x) * rows_per_block) {
-    const RowTask t = row_task(p, task);
-    const float* head = p.dq_accum + int64_t(t.h) * p.dq_accum_rows * p.dq_accum_pitch;
-    float4 x, y;
-    if constexpr (kLayout == DqAccumLayout::kPaired) {
-      const float* g = head + t.row * p.dq_accum_pitch + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
-      const float2 a0 = *reinterpret_cast<const float2*>(g), a1 = *reinterpret_cast<const float2*>(g + 8);
-      const float2 a2 = *reinterpret_cast<const float2*>(g + 16), a3 = *reinterpret_cast<const float2*>(g + 24);
-      x = make_float4(a0.x, a0.y, a1.x, a1.y);
-      y = make_float4(a2.x, a2.y, a3.x, a3.y);
-    } else if constexpr (kLayout == DqAccumLayout::kPlain) {
-      const float4* a = reinterpret_cast<const float4*>(head + t.row * p.dq_accum_pitch + col);
-      x = a[0];
-      y = a[1];
-    } else {
-      // The row's sequence b and position s; its tile starts s % rows before it, b tiles on.
-      int64_t b, s;
-      if (p.cu_seqlens_q != nullptr) {
-        int lo = 0, hi = p.batch - 1;  // the last b with cu_seqlens_q[b] <= row
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (p.cu_seqlens_q[mid] <= t.row) lo = mid; else hi = mid - 1;
-        }
-        b = lo;
-        s = t.row - p.cu_seqlens_q[lo];
+  // kPreRounds groups of rows_per_block tasks at a time, every load before the first store (as
+  // the preprocess).
+  const int64_t span = int64_t(rows_per_block) * kPreRounds;
+  for (int64_t base = int64_t(blockIdx.x) * span; base < tasks; base += int64_t(gridDim.x) * span) {
+    float4 xs[kPreRounds], ys[kPreRounds];
+    int64_t dq_at[kPreRounds];
+#pragma unroll
+    for (int u = 0; u < kPreRounds; ++u) {
+      const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
+      dq_at[u] = -1;
+      if (task >= tasks) continue;
+      const RowTask t = row_task(p, task);
+      dq_at[u] = row_offset(p, t.row, t.h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
+      const float* head = p.dq_accum + int64_t(t.h) * p.dq_accum_rows * p.dq_accum_pitch;
+      float4& x = xs[u];
+      float4& y = ys[u];
+      if constexpr (kLayout == DqAccumLayout::kPaired) {
+        const float* g = head + t.row * p.dq_accum_pitch + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
+        const float2 a0 = *reinterpret_cast<const float2*>(g), a1 = *reinterpret_cast<const float2*>(g + 8);
+        const float2 a2 = *reinterpret_cast<const float2*>(g + 16), a3 = *reinterpret_cast<const float2*>(g + 24);
+        x = make_float4(a0.x, a0.y, a1.x, a1.y);
+        y = make_float4(a2.x, a2.y, a3.x, a3.y);
+      } else if constexpr (kLayout == DqAccumLayout::kPlain) {
+        const float4* a = reinterpret_cast<const float4*>(head + t.row * p.dq_accum_pitch + col);
+        x = a[0];
+        y = a[1];
       } else {
-        b = t.row / p.seqlen_q;
-        s = t.row % p.seqlen_q;
+        // The row's sequence b and position s; its tile starts s % rows before it, b tiles on.
+        int64_t b, s;
+        if (p.cu_seqlens_q != nullptr) {
+          int lo = 0, hi = p.batch - 1;  // the last b with cu_seqlens_q[b] <= row
+          while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (p.cu_seqlens_q[mid] <= t.row) lo = mid; else hi = mid - 1;
+          }
+          b = lo;
+          s = t.row - p.cu_seqlens_q[lo];
+        } else {
+          b = t.row / p.seqlen_q;
+          s = t.row % p.seqlen_q;
+        }
+        const int r = int(s % tile.rows);
+        const float4* a = reinterpret_cast<const float4*>(head + (t.row - r + b * tile.rows) * p.dq_accum_pitch +
+                                                          tile.offset(r, col));
+        x = a[0];
+        y = a[1];
       }
-      const int r = int(s % tile.rows);
-      const float4* a = reinterpret_cast<const float4*>(
-          head + (t.row - r + b * tile.rows) * p.dq_accum_pitch + tile.offset(r, col));
-      x = a[0];
-      y = a[1];
     }
-    uint4 out;
-    out.x = pack2<kIsBf16>(x.x * p.scale, x.y * p.scale);
-    out.y = pack2<kIsBf16>(x.z * p.scale, x.w * p.scale);
-    out.z = pack2<kIsBf16>(y.x * p.scale, y.y * p.scale);
-    out.w = pack2<kIsBf16>(y.z * p.scale, y.w * p.scale);
-    T* dq = static_cast<T*>(p.dq) +
-            row_offset(p, t.row, t.h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
-    *reinterpret_cast<uint4*>(dq) = out;
+#pragma unroll
+    for (int u = 0; u < kPreRounds; ++u) {
+      if (dq_at[u] < 0) continue;
+      const float4 x = xs[u], y = ys[u];
+      uint4 out;
+      out.x = pack2<kIsBf16>(x.x * p.scale, x.y * p.scale);
+      out.y = pack2<kIsBf16>(x.z * p.scale, x.w * p.scale);
+      out.z = pack2<kIsBf16>(y.x * p.scale, y.y * p.scale);
+      out.w = pack2<kIsBf16>(y.z * p.scale, y.w * p.scale);
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + dq_at[u]) = out;
+    }
   }
 }
 
@@ -192,7 +207,7 @@ void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
 
 void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim);
-  const unsigned blocks = row_blocks(p, lanes);
+  const unsigned blocks = row_blocks(p, lanes, kPreRounds);
   if (blocks == 0) return;
   constexpr auto kPaired = DqAccumLayout::kPaired, kTiled = DqAccumLayout::kTiled, kPlain = DqAccumLayout::kPlain;
   const auto kernel = p.dq_accum_layout == kPaired  ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)

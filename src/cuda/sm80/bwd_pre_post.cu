@@ -48,11 +48,14 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
   return b * bs + s * rs + h * hs;
 }
 
+// Both row kernels take kGroupsInFlight groups of rows_per_block tasks a block at a time, every
+// load of them issued before the first sum or store: one group a block (a lane's one or two
+// 16-byte loads, then the shuffles or the store) left the passes latency-bound, the rows being
+// many and short (docs/PERF.md, sm90 backward section, the end).
+constexpr int kGroupsInFlight = 4;
+
 // D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); all of dQ_accum (whatever its layout)
-// and the tile counter = 0. A block takes kPreRounds groups of rows_per_block tasks at a time, their
-// loads all issued before the first sum: a latency-bound pass otherwise (one 16-byte load of O
-// and of dO a lane, then the shuffles), as the rows are many and short.
-constexpr int kPreRounds = 4;
+// and the tile counter = 0.
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -66,26 +69,27 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < accum4; i += int64_t(gridDim.x) * kRowThreads)
     reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The loop bound is block-uniform so that every lane reaches the shuffles below.
-  const int64_t span = int64_t(rows_per_block) * kPreRounds;
+  const int64_t span = int64_t(rows_per_block) * kGroupsInFlight;
   for (int64_t base = int64_t(blockIdx.x) * span; base < tasks; base += int64_t(gridDim.x) * span) {
-    uint4 ov[kPreRounds], dv[kPreRounds];
-    int64_t at[kPreRounds];
+    uint4 ov[kGroupsInFlight], dv[kGroupsInFlight];
+    int64_t at[kGroupsInFlight];
 #pragma unroll
-    for (int u = 0; u < kPreRounds; ++u) {
+    for (int u = 0; u < kGroupsInFlight; ++u) {
       const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
       const RowTask t = row_task(p, task < tasks ? task : 0);
       at[u] = task < tasks ? t.lse_index : -1;
       ov[u] = dv[u] = make_uint4(0, 0, 0, 0);
       if (task < tasks && col < p.head_dim_v) {
-        ov[u] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) +
-                                                row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + col);
+        ov[u] = *reinterpret_cast<const uint4*>(
+            static_cast<const T*>(p.o) + row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) +
+            col);
         dv[u] = *reinterpret_cast<const uint4*>(
             static_cast<const T*>(p.dout) + row_offset(p, t.row, t.h, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
             col);
       }
     }
 #pragma unroll
-    for (int u = 0; u < kPreRounds; ++u) {
+    for (int u = 0; u < kGroupsInFlight; ++u) {
       const uint32_t* o2 = reinterpret_cast<const uint32_t*>(&ov[u]);
       const uint32_t* d2 = reinterpret_cast<const uint32_t*>(&dv[u]);
       float acc = 0.f;
@@ -116,14 +120,12 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
   const int col = lane_in_row * 8;
   if (col >= p.head_dim) return;  // no shuffles below: idle lanes may leave
   const sm80::DqTile tile{p.dq_tile_rows, p.dq_accum_pitch, p.dq_tile_warps_m};
-  // kPreRounds groups of rows_per_block tasks at a time, every load before the first store (as
-  // the preprocess).
-  const int64_t span = int64_t(rows_per_block) * kPreRounds;
+  const int64_t span = int64_t(rows_per_block) * kGroupsInFlight;
   for (int64_t base = int64_t(blockIdx.x) * span; base < tasks; base += int64_t(gridDim.x) * span) {
-    float4 xs[kPreRounds], ys[kPreRounds];
-    int64_t dq_at[kPreRounds];
+    float4 xs[kGroupsInFlight], ys[kGroupsInFlight];
+    int64_t dq_at[kGroupsInFlight];
 #pragma unroll
-    for (int u = 0; u < kPreRounds; ++u) {
+    for (int u = 0; u < kGroupsInFlight; ++u) {
       const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
       dq_at[u] = -1;
       if (task >= tasks) continue;
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
       }
     }
 #pragma unroll
-    for (int u = 0; u < kPreRounds; ++u) {
+    for (int u = 0; u < kGroupsInFlight; ++u) {
       if (dq_at[u] < 0) continue;
       const float4 x = xs[u], y = ys[u];
       uint4 out;
@@ -184,9 +186,10 @@ int lanes_per_row(int dim) {
   return n;
 }
 
-unsigned row_blocks(const sm80::BwdParams& p, int lanes, int rounds = 1) {
+// Blocks for kGroupsInFlight groups of rows_per_block tasks each.
+unsigned row_blocks(const sm80::BwdParams& p, int lanes) {
   const int64_t tasks = p.rows_q * p.heads_q;
-  const int64_t rows_per_block = int64_t(kRowThreads / lanes) * rounds;
+  const int64_t rows_per_block = int64_t(kRowThreads / lanes) * kGroupsInFlight;
   const int64_t want = (tasks + rows_per_block - 1) / rows_per_block;
   const int64_t cap = int64_t(1) << 20;  // grid-stride beyond this
   return static_cast<unsigned>(want < cap ? want : cap);
@@ -196,7 +199,7 @@ unsigned row_blocks(const sm80::BwdParams& p, int lanes, int rounds = 1) {
 
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim_v);
-  const unsigned blocks = row_blocks(p, lanes, kPreRounds);
+  const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
   if (bf16)
     bwd_pre_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
@@ -207,7 +210,7 @@ void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
 
 void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const int lanes = lanes_per_row(p.head_dim);
-  const unsigned blocks = row_blocks(p, lanes, kPreRounds);
+  const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
   constexpr auto kPaired = DqAccumLayout::kPaired, kTiled = DqAccumLayout::kTiled, kPlain = DqAccumLayout::kPlain;
   const auto kernel = p.dq_accum_layout == kPaired  ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)

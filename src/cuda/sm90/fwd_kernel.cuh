@@ -337,6 +337,18 @@ struct FwdKernel {
   // 128 bytes). first: O starts from this product (the first k16 step does not accumulate).
   __device__ __forceinline__ static void issue_pv(uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4],
                                                   float (&acc_o)[kOT * 4], bool first);
+  // P (the softmax's S, exponentiated in place) as the A operand of P·V: k16 step kk takes n8
+  // chunks 2kk and 2kk + 1.
+  __device__ __forceinline__ static void pack_p_frag(const float (&s3)[1][kNT][4],
+                                                     uint32_t (&p_frag)[kBlockN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
+      p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
+      p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
+      p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
+    }
+  }
   // S = Q·Kᵀ issued (not committed) for one warpgroup: m64 n=BN, k16 steps of +32 bytes in each
   // 128-byte row; q_stage: the tile's Q buffer, k_base: the K block (or the stand-in's Q buffer).
   __device__ __forceinline__ static void issue_s(const Smem& sm, int group, int q_stage, uint32_t k_base,
@@ -794,16 +806,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   const auto scores_rest = [&](float (&alpha)[2]) {
     warp_softmax_deferred<kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
   };
-  // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
-  const auto pack_p = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
-      p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
-      p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
-      p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
-    }
-  };
+  const auto pack_p = [&]() { pack_p_frag(s3, p_frag); };
 
   if constexpr (kNextS) {  // this round's S_0 (or its stand-in) has been in flight
     ptx::warpgroup_wait<0>();
@@ -917,14 +920,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
   // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
   softmax.step(s3, o3, p.score_log2);
-  // P as the A operand: k16 step kk takes n8 chunks 2kk and 2kk + 1.
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    p_frag[kk][0] = pack2<kIsBf16>(s3[0][2 * kk][0], s3[0][2 * kk][1]);
-    p_frag[kk][1] = pack2<kIsBf16>(s3[0][2 * kk][2], s3[0][2 * kk][3]);
-    p_frag[kk][2] = pack2<kIsBf16>(s3[0][2 * kk + 1][0], s3[0][2 * kk + 1][1]);
-    p_frag[kk][3] = pack2<kIsBf16>(s3[0][2 * kk + 1][2], s3[0][2 * kk + 1][3]);
-  }
+  pack_p_frag(s3, p_frag);
 }
 
 // The blocks of the other warpgroups are waited for before their arrivals, in block order, so

@@ -151,13 +151,13 @@ struct FwdKernel {
   static constexpr int kAlign = 1024;  // swizzle atom
   static constexpr int kMaxSmem = 227 * 1024;
   // After the tiles: q_full/q_empty per Q stage, k_full/k_empty/v_full/v_empty per K/V stage,
-  // with kSplitProducer work_full per Q stage; then the tile of each Q stage (the producer's
-  // hand-over to the consumers and the V thread: a TileWork).
+  // with kSplitProducer work_full per Q stage, with kOHalf o_free; then the tile of each Q stage
+  // (the producer's hand-over to the consumers and the V thread: a TileWork).
   static constexpr int kSlotBytes = 64;
   static constexpr int kQStages =
       kAlign + 2 * kQBytes + 2 * kStages * kKVBytes + 8 * (6 + 4 * kStages) + 2 * kSlotBytes <= kMaxSmem ? 2 : 1;
-  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + (kSplitProducer_ ? kQStages : 0);
-  static constexpr int kTailBytes = 8 * kNumBarriers + kSlotBytes * kQStages;
+  static constexpr int kBaseBarriers = 2 * kQStages + 4 * kStages + (kSplitProducer_ ? kQStages : 0);
+  static constexpr int kBaseTailBytes = 8 * kBaseBarriers + kSlotBytes * kQStages;
 
   // The epilogue through shared memory: each consumer warpgroup writes O / l (16-bit) into its
   // 64 rows of a buffer in the Q layout, one thread stores them by TMA. Dense batches only: a box
@@ -169,12 +169,25 @@ struct FwdKernel {
   // then).
   static constexpr bool kTmaStoreO = !kVarlen;
   static constexpr bool kOBuffer =
-      kTmaStoreO && kAlign + (kQStages + 1) * kQBytes + 2 * kStages * kKVBytes + kTailBytes <= kMaxSmem;
+      kTmaStoreO && kAlign + (kQStages + 1) * kQBytes + 2 * kStages * kKVBytes + kBaseTailBytes <= kMaxSmem;
+  // kOHalf: where a whole O buffer does not fit but 64 rows of one do (hdim 256 with 64-key
+  // blocks), the two warpgroups take turns in one 64-row buffer (kOHalfPanelBytes a panel): the
+  // warpgroup g store of the CTA's round r is its (2r + g)-th, and waits until the one before
+  // has been read (o_free, which that store's issuing thread arrives on). Q is released at the
+  // last Q·Kᵀ then, as with kOBuffer, so the next tile's Q loads under this tile's last block
+  // and its epilogue. The overlapped schedule only (its rounds number the stores).
+  static constexpr int kOHalfPanelBytes = 64 * kRowBytes;
+  static constexpr bool kOHalf = kTmaStoreO && !kOBuffer && kOverlap_ && kBlockM == 128 &&
+                                 kAlign + kQStages * kQBytes + 2 * kStages * kKVBytes + kPanels * kOHalfPanelBytes +
+                                         kBaseTailBytes + 8 <=
+                                     kMaxSmem;
+  static constexpr int kNumBarriers = kBaseBarriers + (kOHalf ? 1 : 0);
+  static constexpr int kTailBytes = 8 * kNumBarriers + kSlotBytes * kQStages;
   static constexpr int kOOffset = kQStages * kQBytes + 2 * kStages * kKVBytes;  // after Q, K, V
   // kTailSplit: after the O buffer, the partial softmax (m, l) and O of every warpgroup but the
   // first, fp32, value-major: [warpgroup - 1][value][thread] (consumer_split).
   static constexpr int kSplitValues = 4 + kHeadDim / 2;
-  static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : 0);
+  static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : kOHalf ? kPanels * kOHalfPanelBytes : 0);
   static constexpr int kSplitBytes =
       kTail == kTailSplit ? (kConsumerGroups - 1) * kSplitValues * kWarpGroupThreads * 4 : 0;
   static constexpr int kTileBytes = kSplitOffset + kSplitBytes;
@@ -287,6 +300,8 @@ struct FwdKernel {
     __device__ __forceinline__ SmemBarrier v_empty(int st) const { return {bars + kQ2 + 3 * kStages + st}; }
     // The tile of Q stage qs written to its slot (for the V thread, which must not wait for Q).
     __device__ __forceinline__ SmemBarrier work_full(int qs) const { return {bars + kQ2 + 4 * kStages + qs}; }
+    // kOHalf: the 64-row O buffer was read by the store last issued from it.
+    __device__ __forceinline__ SmemBarrier o_free() const { return {bars + kBaseBarriers}; }
   };
   // The K/V ring position of the kv-th block loaded by this CTA (counted over all its tiles).
   __device__ __forceinline__ static int stage_of(int kv) { return kv % kStages; }
@@ -390,12 +405,14 @@ struct FwdKernel {
   // Does O leave by TMA stores (staged as kOBuffer says)? Uniform over the grid.
   __device__ __forceinline__ static bool o_by_tma(const Params& p) { return kTmaStoreO && p.o_by_tma != 0; }
   // Is the tile's Q buffer free once the warpgroup's last Q·Kᵀ has landed (O not staged in it)?
-  __device__ __forceinline__ static bool q_freed_at_last_qk(const Params& p) { return kOBuffer || !o_by_tma(p); }
+  __device__ __forceinline__ static bool q_freed_at_last_qk(const Params& p) {
+    return kOBuffer || kOHalf || !o_by_tma(p);
+  }
   // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the staging buffer (o_by_tma; when
   // that is the tile's Q buffer, released here once read), else by plain stores from the
-  // accumulators.
+  // accumulators. round: the CTA's round (kOHalf numbers its stores by it).
   __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
-                                                    const Barriers& b, const TileWork& w,
+                                                    const Barriers& b, const TileWork& w, int round,
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
@@ -427,6 +444,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       b.v_full(s).init(1);
       b.v_empty(s).init(kConsumerWarps);
     }
+    if (kOHalf) b.o_free().init(1);  // the issuing thread of each store
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
   __syncthreads();
@@ -634,12 +652,12 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) b.v_empty(stage).arrive();
   }
-  store_tile(params, group, sm, b, w, softmax, o3);
+  store_tile(params, group, sm, b, w, 0, softmax, o3);  // not kOHalf (the overlapped schedule only)
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::store_tile(
-    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w,
+    const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int round,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
   const int sq = w.sq;
@@ -669,14 +687,21 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   if (o_by_tma(params)) {
     namespace cp = ::cuda::ptx;
     // This warpgroup's 64 rows of the staging buffer, in the Q layout: its own buffer once the
-    // previous tile's store has read it, or the tile's Q buffer (its own Q·Kᵀ GEMMs, their only
-    // readers, have landed).
-    const uint32_t stage_off = kOBuffer ? kOOffset : w.q_stage * kQBytes;  // from sm.q / sm.base
+    // previous tile's store has read it, the 64-row buffer once the store before this one has
+    // read it (kOHalf), or the tile's Q buffer (its own Q·Kᵀ GEMMs, their only readers, have
+    // landed).
+    const uint32_t stage_off = kOBuffer || kOHalf ? kOOffset : w.q_stage * kQBytes;  // from sm.q / sm.base
+    const int panel_bytes = kOHalf ? kOHalfPanelBytes : kQPanelBytes;
+    const int row_off = kOHalf ? 0 : 64 * group * kRowBytes;
     if constexpr (kOBuffer) {
       if (tid == 0) cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
       ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
     }
-    warpgroup_stage_sw128<kIsBf16, kHeadDim>(sm.q + stage_off + 64 * group * kRowBytes, kQPanelBytes,
+    if constexpr (kOHalf) {
+      const int n = 2 * round + group;
+      if (n > 0) b.o_free().wait((n - 1) & 1);
+    }
+    warpgroup_stage_sw128<kIsBf16, kHeadDim>(sm.q + stage_off + row_off, panel_bytes,
                                              reinterpret_cast<const float(&)[kOT * 4]>(o3), inv_l[0]);
     // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
     cp::fence_proxy_async(cp::space_shared);
@@ -685,12 +710,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       for (int c = 0; c < kPanels; ++c) {
         const int32_t coords[4] = {c * kPanelCols, w.m0 + 64 * group, head, static_cast<int32_t>(batch)};
         cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_o, coords,
-                                 sm.base + stage_off + c * kQPanelBytes + 64 * group * kRowBytes);
+                                 sm.base + stage_off + c * panel_bytes + row_off);
       }
       cp::cp_async_bulk_commit_group();
       if constexpr (!kOBuffer) cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});
+      if constexpr (kOHalf) b.o_free().arrive();
     }
-    if constexpr (!kOBuffer) {
+    if constexpr (!kOBuffer && !kOHalf) {
       ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);  // the buffer was read: free it
       b.q_empty(w.q_stage).arrive();
     }
@@ -901,7 +927,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       pass_turn(group);
     }
   }
-  store_tile(params, group, sm, b, w, softmax, o3);
+  store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
@@ -988,7 +1014,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_commit();
     pass_turn(group);
   }
-  if (group == 0) store_tile(params, group, sm, b, w, softmax, o3);
+  if (group == 0) store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
 // Every warpgroup holds the same rows in the same registers (the first slice), so the combination

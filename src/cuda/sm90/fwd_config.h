@@ -46,7 +46,7 @@ inline constexpr bool kSm90FwdVarlen = true;
 // last row takes what reaches it. At 64 the second row has smaller tiles (a 192-row tile cuts
 // the diagonal coarsely and leaves fewer tiles than multiprocessors); at 128 and 256 it has the
 // same tiles and runs the whole softmax after the P·V's wait (kRowsUnderPv 0), which is faster on
-// short tiles and masked blocks; at 256 a third row runs 64-key blocks for at most 512 keys
+// short tiles and masked blocks; at 256 a third row runs 64-key blocks for at most 1024 keys
 // (80-key blocks pad 512 keys to 560).
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
@@ -119,7 +119,7 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(false);
   static constexpr int kNextRowMaskedBelow = kRow == 0 ? kEveryMasked : 0;
-  static constexpr int kNextRowKeysBelow = kRow == 0 ? 2048 : kRow == 1 ? 513 : 0;
+  static constexpr int kNextRowKeysBelow = kRow == 0 ? 2048 : kRow == 1 ? 1025 : 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = false;
   static constexpr int kRowsUnderPv = kRow == 0 ? 1 : 0;

@@ -463,12 +463,12 @@ void mode_sanitize() {
   run_case(c);
   // The cases above run the last sm90 row of their head dim (sm90/fwd_config.h, kRow). Unmasked
   // and long enough for the first row at 128 and 256 (part of the softmax under the P·V in
-  // flight); masked with more than 512 keys for the second row at 256 (80-key blocks).
+  // flight); masked with more than 1024 keys for the second row at 256 (80-key blocks).
   c.s = shape("san_long_d128", 1, 150, 4100, 2, 1, 128, 128), c.causal = false;
   run_case(c);
   c.s = shape("san_long_d256", 1, 150, 2100, 2, 2, 256, 256), c.dt = FA_DTYPE_FP16;
   run_case(c);
-  c.s = shape("san_mid_d256", 1, 300, 700, 2, 1, 256, 256), c.causal = true, c.dt = FA_DTYPE_BF16;
+  c.s = shape("san_mid_d256", 1, 300, 1100, 2, 1, 256, 256), c.causal = true, c.dt = FA_DTYPE_BF16;
   run_case(c);
   // At most 1024 keys at 256 run 64-key blocks with O staged in one 64-row buffer that the two
   // warpgroups take in turn (kOHalf): 320 tiles, so CTAs hand that buffer over for several rounds.

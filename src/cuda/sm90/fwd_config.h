@@ -47,7 +47,7 @@ inline constexpr bool kSm90FwdVarlen = true;
 // the diagonal coarsely and leaves fewer tiles than multiprocessors); at 128 and 256 it has the
 // same tiles and runs the whole softmax after the P·V's wait (kRowsUnderPv 0), which is faster on
 // short tiles and masked blocks; at 256 a third row runs 64-key blocks for at most 1024 keys
-// (80-key blocks pad 512 keys to 560).
+// (80-key blocks pad 512 keys to 560, and that row has room to stage O apart from Q).
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
 // +4–11%), but −1–3% at 128 (docs/PERF.md). kNextS: the overlapped schedule issues the next

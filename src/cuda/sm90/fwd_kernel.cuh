@@ -12,6 +12,7 @@
 // validated FwdParams; does not choose tile sizes or launch.
 #pragma once
 
+#include <cuda/atomic>
 #include <cuda/ptx>
 #include <cuda_runtime.h>
 
@@ -336,6 +337,17 @@ struct FwdKernel {
   }
 
   __device__ __forceinline__ static void producer(const Params& p, const Smem& sm, const Barriers& b);
+  // The producer past its CTA's last draw: counts the CTA out of counter[1]; the last one out
+  // (every draw of the launch done) resets both words, so the pair is zero for the next launch.
+  __device__ __forceinline__ static void leave_tile_counter(int* counter) {
+    // Release: this CTA's draws come before its exit; acquire: the last one out sees every draw.
+    const int out = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(counter[1]).fetch_add(
+        1, ::cuda::memory_order_acq_rel);
+    if (out == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(counter, 0);
+      atomicExch(counter + 1, 0);
+    }
+  }
   __device__ __forceinline__ static void producer_v(const Params& p, const Smem& sm, const Barriers& b);
   __device__ __forceinline__ static void load_v(const Params& p, const Smem& sm, const Barriers& b, int stage,
                                                 uint32_t phase, int row0, int head_kv, int batch);
@@ -527,6 +539,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       sm.work[qs].n_blocks = -1;
       if (kSplitProducer) b.work_full(qs).arrive();
       b.q_full(qs).arrive();
+      if (params.tile_counter != nullptr) leave_tile_counter(params.tile_counter);
       break;
     }
     const TileWork w = tile_work(params, static_cast<int>(idx));
@@ -894,9 +907,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
         }
       pack_p();
     }
-    // O += P_last·V_last, and with kNextS the next round's S_0.
+    // O += P_last·V_last, then with kNextS the next round's S_0 once its Q and first K block
+    // are in (the P·V runs meanwhile).
     const int last = stage_of(kv_base + n_blocks - 1);
-    const uint32_t next_k = kNextS ? round_s_keys(sm, b, round + 1, kv_base + n_blocks) : 0;
     b.v_full(last).wait(phase_of(kv_base + n_blocks - 1));
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
@@ -906,6 +919,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_blocks == 1);
     ptx::warpgroup_commit();
     if constexpr (kNextS) {
+      const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
       issue_s(sm, group, (round + 1) % kQStages, next_k, s);
       ptx::warpgroup_commit();
     }

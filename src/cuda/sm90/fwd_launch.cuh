@@ -9,6 +9,7 @@
 #include "cuda/common/async_buffer.h"
 #include "cuda/common/check.h"
 #include "cuda/common/kernel_entry.cuh"
+#include "cuda/common/tile_counter.h"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_kernel.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -109,13 +110,17 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   const int sm_count = multiprocessor_count();
   const std::string why = make_fwd_params<kHeadDim, kIsBf16, kRow>(p, sm_count, &full);
   if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA forward (sm90): " + why);
-  // Tiles of different costs: CTAs draw them from a counter, zeroed on the stream.
+  // Tiles of different costs: CTAs draw them from the stream's counter pair (zero, and left
+  // zero by the kernel), or from a pair zeroed on the stream for this launch.
   std::unique_ptr<AsyncBuffer> counter;
   full.tile_counter = nullptr;
   if (Kernel::draws_tiles(p)) {
-    counter = std::make_unique<AsyncBuffer>(sizeof(int), stream);
-    full.tile_counter = static_cast<int*>(counter->get());
-    FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, sizeof(int), stream));
+    full.tile_counter = stream_tile_counter(stream);
+    if (full.tile_counter == nullptr) {
+      counter = std::make_unique<AsyncBuffer>(2 * sizeof(int), stream);
+      full.tile_counter = static_cast<int*>(counter->get());
+      FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, 2 * sizeof(int), stream));
+    }
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)

@@ -25,8 +25,9 @@ struct FwdParams {
   // K and V sized to stay in L2) and in its last group (LongestFirstScheduler::tile_by_length).
   int section_bh;
   int tail_bh;
-  // Dynamic tile order (FwdKernel::draws_tiles): zeroed before the launch; a CTA's first tile is
-  // blockIdx.x, each next one gridDim.x + atomicAdd(tile_counter, 1). Null: static order.
+  // Dynamic tile order (FwdKernel::draws_tiles): {draws, exits}, zero at the launch and left zero
+  // (common/tile_counter.h); a CTA's first tile is blockIdx.x, each next one gridDim.x +
+  // atomicAdd(&tile_counter[0], 1). Null: static order.
   int* tile_counter;
 };
 

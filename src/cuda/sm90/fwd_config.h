@@ -52,8 +52,9 @@ inline constexpr bool kSm90FwdVarlen = true;
 // kUniformGroup: the consumers read their warpgroup index through warp_uniform (fwd_kernel.cuh):
 // +1–4% at hdim 64, and at 256 it lets the overlapped schedule fit (spills 156 → 84 bytes;
 // +4–11%), but −1–3% at 128 (docs/PERF.md). kNextS: the overlapped schedule issues the next
-// tile's first Q·Kᵀ with a tile's last P·V, under the epilogue (fwd_kernel.cuh): +3–6% at hdim 64,
-// −1–5% at 128, where that P·V then waits for the next tile's first K block to arrive.
+// tile's first Q·Kᵀ right after a tile's last P·V, under the epilogue (fwd_kernel.cuh): +3–6% at
+// hdim 64 (and +3% at non-causal 512 once the P·V no longer waited for that Q·Kᵀ's keys), −1–5%
+// at 128, where the epilogue then waits for the next tile's first K block to arrive.
 // kRowsUnderPv: how many of each thread's two rows of the softmax run under the P·V in flight
 // (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
 // and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.

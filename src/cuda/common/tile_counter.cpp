@@ -35,7 +35,8 @@ int* stream_tile_counter(cudaStream_t stream) {
   static std::unordered_map<int, DevicePairs> devices;
   const std::lock_guard<std::mutex> lock(mutex);
   DevicePairs& d = devices[device];
-  if (d.slab == nullptr) FA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.slab), sizeof(int) * 2 * kPairsPerDevice));
+  if (d.slab == nullptr)
+    FA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.slab), sizeof(int) * 2 * kPairsPerDevice));
   const auto found = d.index.find(id);
   if (found != d.index.end()) return d.slab + 2 * found->second;
   if (d.index.size() >= kPairsPerDevice) return nullptr;

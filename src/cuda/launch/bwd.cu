@@ -54,11 +54,12 @@ int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
   return row.dq_layout == sm80::DqAccumLayout::kTiled ? rows_q + p.batch * row.block_m : rows_q;
 }
 
-// Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | the
-// tile counter of persistent kernels (one int32) | deterministic only: int32 counters [B, Hq, q
-// blocks]. Each region 256-byte aligned.
+// Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
+// counters, zeroed by the preprocess: the tile counter of persistent kernels, then, deterministic
+// only, [B, Hq, q blocks]. Each region 256-byte aligned.
 struct Layout {
-  size_t dq_accum = 0, dsum = 0, tile_counter = 0, locks = 0, total = 0;
+  size_t dq_accum = 0, dsum = 0, counters = 0, total = 0;
+  int64_t counter_ints = 0;
 };
 
 Layout layout(const Problem& p, const BwdKernelRow& row) {
@@ -67,14 +68,10 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   Layout l;
   l.dq_accum = 0;
   l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
-  l.tile_counter = align_up(l.dsum + hq * rows_q * sizeof(float));
-  l.locks = align_up(l.tile_counter + sizeof(int));
-  size_t lock_bytes = 0;
-  if (p.deterministic) {
-    const size_t q_blocks = static_cast<size_t>((p.seqlen_q + row.block_m - 1) / row.block_m);
-    lock_bytes = static_cast<size_t>(p.batch) * hq * q_blocks * sizeof(int);
-  }
-  l.total = align_up(l.locks + lock_bytes);
+  l.counters = align_up(l.dsum + hq * rows_q * sizeof(float));
+  l.counter_ints = 1;
+  if (p.deterministic) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
+  l.total = align_up(l.counters + static_cast<size_t>(l.counter_ints) * sizeof(int));
   return l;
 }
 
@@ -209,16 +206,15 @@ void bwd(const Problem& p, void* stream_ptr) {
 
   params.dq_accum = reinterpret_cast<float*>(ws + l.dq_accum);
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
-  params.locks = p.deterministic ? reinterpret_cast<int*>(ws + l.locks) : nullptr;
-  params.tile_counter = reinterpret_cast<int*>(ws + l.tile_counter);
-  if (p.deterministic && l.total > l.locks)
-    FA_CUDA_CHECK(cudaMemsetAsync(ws + l.locks, 0, l.total - l.locks, stream));
+  params.tile_counter = reinterpret_cast<int*>(ws + l.counters);
+  params.locks = p.deterministic ? params.tile_counter + 1 : nullptr;
+  params.zero_ints = l.counter_ints;
 
-  // D = rowsum(dO∘O), dQ_accum = 0 and the tile counter = 0; then dK, dV and dQ_accum; then dQ.
+  // D = rowsum(dO∘O), dQ_accum = 0 and the counters = 0; then dK, dV and dQ_accum; then dQ.
   if (any_q) {
     bwd_pre_launch(params, bf16, stream);
   } else {
-    FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, sizeof(int), stream));
+    FA_CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, static_cast<size_t>(l.counter_ints) * sizeof(int), stream));
   }
   if (any_kv) row.launch(params, stream);
   if (any_q) bwd_post_launch(params, bf16, stream);

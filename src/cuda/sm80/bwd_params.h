@@ -64,6 +64,9 @@ struct BwdParams {
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
   int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
   int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed
+  // The preprocess zeroes zero_ints ints from tile_counter: the counter, then the locks where
+  // there are any (one region, launch/bwd.cu).
+  int64_t zero_ints;
   int64_t rows_q;   // B·Sq, or total_q with varlen
 
   float scale;       // softmax scale; dS_raw = scale · dS_x multiplies dQ and dK

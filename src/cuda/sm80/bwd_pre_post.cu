@@ -55,7 +55,7 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
 constexpr int kGroupsInFlight = 4;
 
 // D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); all of dQ_accum (whatever its layout)
-// and the tile counter = 0.
+// and the workspace's counters (p.zero_ints from the tile counter: it, then the locks) = 0.
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   const int rows_per_block = kRowThreads / lanes_per_row;
   const int64_t tasks = p.rows_q * p.heads_q;
   const int col = lane_in_row * 8;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
+  for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < p.zero_ints; i += int64_t(gridDim.x) * kRowThreads)
+    p.tile_counter[i] = 0;
   const int64_t accum4 = int64_t(p.heads_q) * p.dq_accum_rows * p.dq_accum_pitch / 4;  // pitch % 4 == 0
   for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < accum4; i += int64_t(gridDim.x) * kRowThreads)
     reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);

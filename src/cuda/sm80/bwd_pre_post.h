@@ -8,7 +8,7 @@
 
 namespace fa::cuda {
 
-// D = rowsum(dO∘O) into p.dsum; p.dq_accum and *p.tile_counter zeroed.
+// D = rowsum(dO∘O) into p.dsum; p.dq_accum and the p.zero_ints counters from p.tile_counter zeroed.
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream);
 // p.dq = p.scale · p.dq_accum, rounded to the storage type.
 void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream);

@@ -298,6 +298,9 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
       size_t bytes = 0;
       if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) std::exit(3);
       GC_CUDA(cudaMalloc(&ws, bytes ? bytes : 1));
+      // A caller's workspace comes dirty: the library must zero what it counts on (the dQ
+      // accumulator, the tile counter and the deterministic mode's locks).
+      GC_CUDA(cudaMemset(ws, 0x01, bytes));
       bp.workspace = ws, bp.workspace_size = bytes;
     }
     const fa_status st = fa_bwd(&bp, nullptr);
@@ -396,7 +399,8 @@ int mode_check(bool small) {
   return g_failures ? 1 : 0;
 }
 
-// Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode. Causal at
+// Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode (there on a
+// caller's workspace dirtied before each call). Causal at
 // 512 tokens (4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes)
 // and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks).
 int mode_determinism(int64_t D) {
@@ -427,9 +431,19 @@ int mode_determinism(int64_t D) {
     bp.fwd.q = t[0].view(), bp.fwd.k = t[1].view(), bp.fwd.v = t[2].view(), bp.fwd.o = t[3].view();
     bp.fwd.lse = lse_d.data();
     bp.dout = t[4].view(), bp.dq = t[5].view(), bp.dk = t[6].view(), bp.dv = t[7].view();
+    // The deterministic runs on a workspace of the caller's, dirtied before every call: each must
+    // still add in the fixed order (the locks are zeroed by the library, not found zero).
+    void* ws = nullptr;
+    if (det) {
+      size_t bytes = 0;
+      if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) return 1;
+      GC_CUDA(cudaMalloc(&ws, bytes));
+      bp.workspace = ws, bp.workspace_size = bytes;
+    }
     std::vector<uint16_t> first[3];
     int diff[3] = {0, 0, 0};
     for (int it = 0; it < 100; ++it) {
+      if (ws != nullptr) GC_CUDA(cudaMemset(ws, 0x01, bp.workspace_size));
       if (fa_bwd(&bp, nullptr) != FA_STATUS_OK) {
         std::printf("fa_bwd failed: %s\n", fa_last_error());
         return 1;
@@ -445,6 +459,7 @@ int mode_determinism(int64_t D) {
                 det ? "deterministic" : "default", (long long)D, causal ? "causal" : "unmasked", (long long)S,
                 fa_bwd_kernel_name(&bp), diff[0], diff[1], diff[2]);
     if (diff[1] || diff[2] || (det && diff[0])) ++bad;
+    if (ws != nullptr) GC_CUDA(cudaFree(ws));
     for (DevTensor& x : t) x.buf.release();
     lse_d.release();
   }

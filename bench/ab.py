@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""A/B driver: bench_attn.py run against several builds of the library, alternating, in one call.
+
+Each round runs every build once, in its own process, in the order given (so the card's drift
+between runs falls on every build alike); the rows of every run are merged into one results file
+with `run` (<name>_<round>) on each row and a `matmul_runs` list, and the median ratio of every
+build to the first is printed per cell. Arguments after `--` go to bench_attn.py.
+
+    python3 bench/ab.py --json ab.json --rounds 2 base=/tmp/a/libflashattn.so new=/tmp/b/libflashattn.so \
+        -- --device cuda --ops fwd --peers '' --hdims 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent / "bench_attn.py"
+KEY = ("op", "dtype", "hdim", "causal", "seqlen", "deterministic")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("builds", nargs="+", help="name=path/to/libflashattn.so; the first is the base")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json", required=True, help="the merged results file")
+    p.add_argument("--note", default="", help="the results file's note")
+    a = p.parse_args(own)
+    builds = [b.split("=", 1) for b in a.builds]
+    for name, lib in builds:
+        if not Path(lib).is_file():
+            p.error(f"build {name}: {lib} is not a file")
+
+    meta, rows, matmul = {}, [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(1, a.rounds + 1):
+            for name, lib in builds:
+                run = f"{name}_{r}"
+                out = Path(tmp) / f"{run}.json"
+                env = dict(os.environ, FLASHATTN_LIBRARY=lib, PYTHONUNBUFFERED="1")
+                print(f"== {run}: {lib}", flush=True)
+                subprocess.run([sys.executable, str(BENCH), *bench_args, "--json", str(out)], env=env, check=True)
+                res = json.loads(out.read_text())
+                rows += [dict(row, run=run) for row in res.pop("rows")]
+                matmul.append({"run": run, "start": res.get("matmul_bf16_tflops"),
+                               "end": res.get("matmul_bf16_tflops_end")})
+                meta = meta or res
+    meta = {k: v for k, v in meta.items() if k not in ("notes", "matmul_bf16_tflops_end")}
+    meta["matmul_bf16_tflops"] = max(m["start"] or 0 for m in matmul)
+    meta["flashattn_library"] = ", ".join(f"{n}: {lib}" for n, lib in builds)
+    meta["command"] = "bench/ab.py " + " ".join(argv)
+    meta["note"] = a.note
+    Path(a.json).write_text(json.dumps(dict(meta, matmul_runs=matmul, rows=rows), indent=1) + "\n")
+
+    # Median time of each build per cell, and its ratio to the base's (> 1: faster than the base).
+    ours = [row for row in rows if row.get("impl") == "flashattn"]
+    cells = sorted({tuple(row.get(k) for k in KEY) for row in ours}, key=str)
+    base = builds[0][0]
+    print("\ncell" + "".join(f"  {n}/{base}" for n, _ in builds[1:]))
+    for cell in cells:
+        med = {}
+        for name, _ in builds:
+            ms = [row["ms"] for row in ours if tuple(row.get(k) for k in KEY) == cell
+                  and row["run"].rsplit("_", 1)[0] == name]
+            med[name] = statistics.median(ms) if ms else float("nan")
+        print(" ".join(str(c) for c in cell if c is not None) +
+              "".join(f"  {med[base] / med[n]:.3f}" for n, _ in builds[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

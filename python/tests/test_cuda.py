@@ -1,8 +1,8 @@
 """Python tests: what only a GPU can show (marker `gpu`; skipped without CUDA).
 
 CUDA-graph capture and replay of forward + backward (workspace from torch's allocator,
-launches on the capturing stream), non-default streams, head-dim padding, and
-torch.compile(mode="reduce-overhead"). The reference sweep itself runs on CUDA in test_correctness.
+launches on the capturing stream), non-default streams, head-dim padding, rows whose running
+maximum moves along the keys (the forward's lazy rescale), and torch.compile(mode="reduce-overhead"). The reference sweep itself runs on CUDA in test_correctness.
 """
 
 import pytest
@@ -127,6 +127,27 @@ def test_head_dim_padding(d, dv):
         res.extend([o, l, *torch.autograd.grad(o, xs, dout.to(dt))])
     for i, (name, g) in enumerate(zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads))):
         assert_close(name, g, hi[i], lo[i], factor=2.0 if i < 2 else 3.0, floor=1e-6 if i < 2 else 1.0)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("s,causal", [(1000, False), (1000, True), (4200, False)])
+@pytest.mark.parametrize("ramp", [-20.0, 2.0, 20.0])
+def test_running_max_moves(d, s, causal, ramp):
+    """Rows whose maximum rises along the keys: key j scaled by 1 + ramp·j / S, so later key blocks
+    raise a row's maximum by more (ramp 20) or less (ramp 2) than the forward's lazy-rescale
+    threshold, or by 1 + |ramp|·(1 − j / S) for ramp −20, the largest scores first. Every sm90 forward row runs
+    here (S 1000 masked and unmasked, 4200 keys for the first rows at head dims 128 and 256)."""
+    torch.manual_seed(s + d)
+    q = torch.randn(1, s, 2, d, device="cuda", dtype=torch.bfloat16)
+    pos = torch.arange(s, device="cuda", dtype=torch.float32) / s
+    grow = 1.0 + abs(ramp) * (pos if ramp > 0 else 1.0 - pos)
+    k = (torch.randn(1, s, 2, d, device="cuda") * grow.view(1, s, 1, 1)).to(torch.bfloat16)
+    v = torch.randn(1, s, 2, d, device="cuda", dtype=torch.bfloat16)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    hi = attention_ref(q.float(), k.float(), v.float(), causal=causal, dtype=torch.float32)
+    lo = attention_ref(q, k, v, causal=causal, dtype=torch.bfloat16)
+    assert_close("out", out, hi[0], lo[0])
+    assert_close("lse", lse, hi[1], lo[1])
 
 
 def test_compile_reduce_overhead():

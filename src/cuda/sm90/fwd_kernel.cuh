@@ -756,7 +756,11 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // The softmax of one S block that leaves O alone, for the overlapped schedule (P·V of the previous
 // block still writes O): m_new = max(m_old, rowmax(S)); P = exp2(S·c − m_new·c) in place;
 // l = alpha·l + rowsum(P). Returns alpha = exp2(m_old·c − m_new·c), by which O is scaled once the
-// P·V in flight has landed. The same arithmetic as OnlineSoftmax::step (common/softmax.cuh).
+// P·V in flight has landed. The arithmetic of OnlineSoftmax::step (common/softmax.cuh) but for
+// lazy rescaling: the row keeps m_old (alpha = 1, O left as it is) unless rowmax(S) exceeds it by
+// more than kLazyRescaleLog2 in the exponent, so P ≤ 2^kLazyRescaleLog2; O, l and the LSE only
+// need P, l and m to agree, and bf16 / fp16 P keeps its relative precision at that size.
+inline constexpr float kLazyRescaleLog2 = 8.f;
 template <int kNT, int kRowBegin = 0, int kRowEnd = 2>
 __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, float (&s)[1][kNT][4],
                                                       float score_log2, float (&alpha)[2]) {
@@ -768,9 +772,13 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
     for (int nt = 0; nt < kNT; ++nt) m_new = fmaxf(m_new, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
     m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
     m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+    // m_new = m_old unless (m_new − m_old)·c > kLazyRescaleLog2 (a first visible key always moves
+    // it: inf; a row with none yet keeps −inf: NaN)
+    const float m_old = sm.row_max[0][h];
+    if (!((m_new - m_old) * score_log2 > kLazyRescaleLog2)) m_new = m_old;
     // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
     const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
-    alpha[h] = ptx::ex2_approx(sm.row_max[0][h] * score_log2 - m_scaled);
+    alpha[h] = m_new == m_old ? 1.f : ptx::ex2_approx(m_old * score_log2 - m_scaled);
     sm.row_max[0][h] = m_new;
     // P_ij = exp2(S_ij·c − m_new·c);  l = alpha·l + rowsum(P_ij)
     float sum = 0.f;
@@ -897,14 +905,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence_operand(p_flat);
       if (lane == 0) b.v_empty(prev).arrive();
       scores_rest(alpha);
-      // O = alpha·O
+      // O = alpha·O, by the warps with a row whose maximum moved (most blocks have none)
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
+        for (int ot = 0; ot < kOT; ++ot)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          o3[0][ot][2 * h] *= alpha[h];
-          o3[0][ot][2 * h + 1] *= alpha[h];
-        }
+          for (int h = 0; h < 2; ++h) {
+            o3[0][ot][2 * h] *= alpha[h];
+            o3[0][ot][2 * h + 1] *= alpha[h];
+          }
+      }
       pack_p();
     }
     // O += P_last·V_last, then with kNextS the next round's S_0 once its Q and first K block

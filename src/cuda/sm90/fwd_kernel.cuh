@@ -756,12 +756,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // The softmax of one S block that leaves O alone, for the overlapped schedule (P·V of the previous
 // block still writes O): m_new = max(m_old, rowmax(S)); P = exp2(S·c − m_new·c) in place;
 // l = alpha·l + rowsum(P). Returns alpha = exp2(m_old·c − m_new·c), by which O is scaled once the
-// P·V in flight has landed. The arithmetic of OnlineSoftmax::step (common/softmax.cuh) but for
-// lazy rescaling: the row keeps m_old (alpha = 1, O left as it is) unless rowmax(S) exceeds it by
-// more than kLazyRescaleLog2 in the exponent, so P ≤ 2^kLazyRescaleLog2; O, l and the LSE only
-// need P, l and m to agree, and bf16 / fp16 P keeps its relative precision at that size.
+// P·V in flight has landed. The arithmetic of OnlineSoftmax::step (common/softmax.cuh); with kLazy
+// (lazy rescaling, kFwdLazyRescale) the row keeps m_old (alpha = 1, O left as it is) unless
+// rowmax(S) exceeds it by more than kLazyRescaleLog2 in the exponent, so P ≤ 2^kLazyRescaleLog2:
+// O, l and the LSE only need P, l and m to agree, and bf16 / fp16 P keeps its relative precision
+// at that size.
 inline constexpr float kLazyRescaleLog2 = 8.f;
-template <int kNT, int kRowBegin = 0, int kRowEnd = 2>
+template <bool kLazy, int kNT, int kRowBegin = 0, int kRowEnd = 2>
 __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, float (&s)[1][kNT][4],
                                                       float score_log2, float (&alpha)[2]) {
 #pragma unroll
@@ -772,13 +773,13 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
     for (int nt = 0; nt < kNT; ++nt) m_new = fmaxf(m_new, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
     m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
     m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-    // m_new = m_old unless (m_new − m_old)·c > kLazyRescaleLog2 (a first visible key always moves
-    // it: inf; a row with none yet keeps −inf: NaN)
+    // kLazy: m_new = m_old unless (m_new − m_old)·c > kLazyRescaleLog2 (a first visible key
+    // always moves it: inf; a row with none yet keeps −inf: NaN)
     const float m_old = sm.row_max[0][h];
-    if (!((m_new - m_old) * score_log2 > kLazyRescaleLog2)) m_new = m_old;
+    if (kLazy && !((m_new - m_old) * score_log2 > kLazyRescaleLog2)) m_new = m_old;
     // A row that has seen no key yet keeps m = -inf; shift by 0 there so exp2 gives 0.
     const float m_scaled = m_new == -INFINITY ? 0.f : m_new * score_log2;
-    alpha[h] = m_new == m_old ? 1.f : ptx::ex2_approx(m_old * score_log2 - m_scaled);
+    alpha[h] = kLazy && m_new == m_old ? 1.f : ptx::ex2_approx(m_old * score_log2 - m_scaled);
     sm.row_max[0][h] = m_new;
     // P_ij = exp2(S_ij·c − m_new·c);  l = alpha·l + rowsum(P_ij)
     float sum = 0.f;
@@ -841,9 +842,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
         warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
-        warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kFwdLazyRescale<D>, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
-        warp_softmax_deferred<kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kFwdLazyRescale<D>, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
       if (partial) warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
@@ -851,7 +852,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   };
   // The rows of the softmax after the P·V's wait.
   const auto scores_rest = [&](float (&alpha)[2]) {
-    warp_softmax_deferred<kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
+    warp_softmax_deferred<kFwdLazyRescale<D>, kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
   };
   const auto pack_p = [&]() { pack_p_frag(s3, p_frag); };
 
@@ -905,8 +906,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence_operand(p_flat);
       if (lane == 0) b.v_empty(prev).arrive();
       scores_rest(alpha);
-      // O = alpha·O, by the warps with a row whose maximum moved (most blocks have none)
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none)
+      if (!kFwdLazyRescale<D> || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int ot = 0; ot < kOT; ++ot)
 #pragma unroll

@@ -2,7 +2,8 @@
 
 CUDA-graph capture and replay of forward + backward (workspace from torch's allocator,
 launches on the capturing stream), non-default streams, head-dim padding, rows whose running
-maximum moves along the keys (the forward's lazy rescale), and torch.compile(mode="reduce-overhead"). The reference sweep itself runs on CUDA in test_correctness.
+maximum moves along the keys (the forward's lazy rescale), and
+torch.compile(mode="reduce-overhead"). The reference sweep itself runs on CUDA in test_correctness.
 """
 
 import pytest
@@ -135,8 +136,9 @@ def test_head_dim_padding(d, dv):
 def test_running_max_moves(d, s, causal, ramp):
     """Rows whose maximum rises along the keys: key j scaled by 1 + ramp·j / S, so later key blocks
     raise a row's maximum by more (ramp 20) or less (ramp 2) than the forward's lazy-rescale
-    threshold, or by 1 + |ramp|·(1 − j / S) for ramp −20, the largest scores first. Every sm90 forward row runs
-    here (S 1000 masked and unmasked, 4200 keys for the first rows at head dims 128 and 256)."""
+    threshold, or by 1 + |ramp|·(1 − j / S) for ramp −20, the largest scores first. On the sm90
+    forward: S 1000 takes the hdim-64 rows (192-row unmasked, 128-row masked), the hdim-128
+    second row and the hdim-256 64-key row; 4200 keys the first rows at 128 and 256."""
     torch.manual_seed(s + d)
     q = torch.randn(1, s, 2, d, device="cuda", dtype=torch.bfloat16)
     pos = torch.arange(s, device="cuda", dtype=torch.float32) / s

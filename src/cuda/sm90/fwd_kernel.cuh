@@ -829,6 +829,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   uint32_t p_frag[kBlockN / 16][4];
   auto& p_flat = reinterpret_cast<uint32_t(&)[kBlockN / 16 * 4]>(p_frag);
 
+  constexpr bool kLazy = kFwdLazyRescale<D>;
   const auto issue_qk = [&](int st) { issue_s(sm, group, w.q_stage, sm.k + st * kKVBytes, s); };
   // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
   // warp_softmax_deferred.
@@ -842,9 +843,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
         warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
-        warp_softmax_deferred<kFwdLazyRescale<D>, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
-        warp_softmax_deferred<kFwdLazyRescale<D>, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
       if (partial) warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
@@ -852,7 +853,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   };
   // The rows of the softmax after the P·V's wait.
   const auto scores_rest = [&](float (&alpha)[2]) {
-    warp_softmax_deferred<kFwdLazyRescale<D>, kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
+    warp_softmax_deferred<kLazy, kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
   };
   const auto pack_p = [&]() { pack_p_frag(s3, p_frag); };
 
@@ -907,7 +908,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       if (lane == 0) b.v_empty(prev).arrive();
       scores_rest(alpha);
       // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none)
-      if (!kFwdLazyRescale<D> || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      if (!kLazy || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int ot = 0; ot < kOT; ++ot)
 #pragma unroll

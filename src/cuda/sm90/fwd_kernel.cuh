@@ -88,7 +88,7 @@ struct SmemBarrier {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kOverlap_, bool kPingPong_, bool kVarlen_,
           bool kIsBf16_, bool kUniformGroup_, bool kNextS_, int kRowsUnderPv_, bool kSplitProducer_,
-          int kTail_>
+          int kTail_, int kPasses_>
 struct FwdKernel {
   using Params = FwdParams;
 
@@ -124,6 +124,11 @@ struct FwdKernel {
   // (consumer_idle) or, where one slice is left, its keys split over the warpgroups
   // (consumer_split).
   static constexpr int kTail = kTail_;
+  // The passes over S compiled in (sm90/fwd_config.h, kFwdPasses*): softcap and any mask
+  // (kFwdPassesAll), or, on instantiations fwd_launch picks for problems without a softcap, only
+  // the keys' end (kFwdPassesDense: no mask) or the causal mask (kFwdPassesCausal). The general
+  // passes' code lengthens the key loop even where it does not run.
+  static constexpr int kPasses = kPasses_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -249,6 +254,25 @@ struct FwdKernel {
     int full_lo;
     int full_hi;
   };
+  // The element mask of a partial block: the problem's, or on the instantiations of one mask
+  // (their problems have that mask) that mask as a compile-time constant, so that the compiler
+  // folds its arithmetic.
+  __device__ __forceinline__ static void mask_block(float (&s3)[1][kNT][4], const sm80::FwdParams& p, int row0,
+                                                    int col0, int sq, int sk) {
+    if constexpr (kPasses == kFwdPassesAll) {
+      warp_mask_tile<1, kNT>(s3, p.mask, row0, col0, sq, sk);
+    } else {
+      fa::Mask m;  // none: only the keys' end
+      if constexpr (kPasses == kFwdPassesCausal) m.right = 0;
+      warp_mask_tile<1, kNT>(s3, m, row0, col0, sq, sk);
+    }
+  }
+  // Does key block [n0, n0 + kBlockN) of tile w need the element mask: not seen whole by every
+  // row of the tile, or past the keys' end (sk: w.sk).
+  __device__ __forceinline__ static bool partial_block(const TileWork& w, int n0, int sk) {
+    if constexpr (kPasses == kFwdPassesDense) return n0 + kBlockN > sk;
+    return !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
+  }
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
   // q-blocks see more keys), where tiles go longest first within L2-sized groups of (batch, head)
   // pairs and a last group that covers the grid (LongestFirstScheduler::tile_by_length).
@@ -428,8 +452,8 @@ struct FwdKernel {
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
 };
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::operator()(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::operator()(const Params& params,
                                                                                   char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -522,8 +546,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // tile's K and V blocks through the kStages-deep ring, or with kSplitProducer the K blocks only
 // (thread 32, producer_v, loads the V blocks). The ring and the Q buffer run on over the tiles,
 // so the next tile's loads overlap this tile's last blocks and epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::producer(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::producer(const Params& params,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -576,8 +600,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // Thread 32: the V blocks of the tiles thread 0 chose, in the same ring order. It reads each
 // tile's slot once work_full says it is written, then counts itself on that Q stage's q_empty
 // (so the slot is not rewritten before it was read).
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::producer_v(const Params& params,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::producer_v(const Params& params,
                                                                                   const Smem& sm,
                                                                                   const Barriers& b) {
   const sm80::FwdParams& p = params.prob;
@@ -596,8 +620,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 }
 
 // The V block of key rows row0.. into ring stage `stage` once the consumers released it.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::load_v(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::load_v(
     const Params& params, const Smem& sm, const Barriers& b, int stage, uint32_t phase, int row0, int head_kv,
     int batch) {
   b.v_empty(stage).wait(phase ^ 1);
@@ -611,8 +635,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer(const Params& params, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::consumer(const Params& params, int group,
                                                                                 const Smem& sm,
                                                                                 const Barriers& b,
                                                                                 const TileWork& w,
@@ -668,8 +692,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, 0, softmax, o3);  // not kOHalf (the overlapped schedule only)
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::store_tile(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int round,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
   const sm80::FwdParams& p = params.prob;
@@ -804,8 +828,8 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
 // operand of the P·V in flight, kept live until it lands) and O. With kNextS the tile's S_0 is
 // in flight on entry, and the last P·V goes out with the next round's S_0 (its Q buffer is the
 // other one), which then runs under this tile's epilogue.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_overlapped(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::consumer_overlapped(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -834,21 +858,21 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
   // warp_softmax_deferred.
   const auto scores = [&](int it, float (&alpha)[2]) {
-    if (p.softcap > 0.f) {
+    if (kPasses == kFwdPassesAll && p.softcap > 0.f) {
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
     const int n0 = (w.nb_begin + it) * kBlockN;
-    const bool partial = !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
+    const bool partial = partial_block(w, n0, sk);
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
-        warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+        mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
         warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
         warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
-      if (partial) warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * t, sq, sk);
+      if (partial) mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
     }
   };
   // The rows of the softmax after the P·V's wait.
@@ -956,19 +980,19 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::scores_to_p(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::scores_to_p(
     const sm80::FwdParams& p, const TileWork& w, int it, int row0, float (&s)[kNT * 4], OnlineSoftmax<1>& softmax,
     float (&o3)[1][kOT][4], uint32_t (&p_frag)[kBlockN / 16][4]) {
   auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
   // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
-  if (p.softcap > 0.f) {
+  if (kPasses == kFwdPassesAll && p.softcap > 0.f) {
 #pragma unroll
     for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
   }
   const int n0 = (w.nb_begin + it) * kBlockN;
-  if (!(n0 + kBlockN <= w.sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN)) {
-    warp_mask_tile<1, kNT>(s3, p.mask, row0, n0 + 2 * (static_cast<int>(threadIdx.x) % 4), w.sq, w.sk);
+  if (partial_block(w, n0, w.sk)) {
+    mask_block(s3, p, row0, n0 + 2 * (static_cast<int>(threadIdx.x) % 4), w.sq, w.sk);
   }
   // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
   softmax.step(s3, o3, p.score_log2);
@@ -977,8 +1001,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 
 // The blocks of the other warpgroups are waited for before their arrivals, in block order, so
 // no arrival depends on a later block: the ring runs as in the computing schedules.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_split(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::consumer_split(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int kv_base, int round,
     float (&s)[kNT * 4]) {
   const sm80::FwdParams& p = params.prob;
@@ -1047,8 +1071,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // is element by element: M = max over the warpgroups of m; l = sum of l·exp2((m − M)·c) (each
 // lane's partial sum, quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no
 // warpgroup saw a key of keeps M = −inf and l = 0.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::combine_split(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::combine_split(
     const Smem& sm, int group, float score_log2, OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]) {
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   float* buf = reinterpret_cast<float*>(sm.base + kSplitOffset);
@@ -1103,8 +1127,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // waits, so an idle warpgroup holds no turn while it waits for a load. The waits keep the
 // arrivals in the right phase: a stage's k_full / v_full of block it completes only after its
 // empty barrier's phase of block it - kStages did.
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::consumer_idle(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::consumer_idle(
     const Smem& sm, int group, const Barriers& b, const TileWork& w, int kv_base, int round, float (&s)[kNT * 4]) {
   const bool lane0 = threadIdx.x % 32 == 0;
   const int n_blocks = w.n_blocks;
@@ -1143,8 +1167,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::issue_pv(
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::issue_pv(
     uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4], float (&acc_o)[kOT * 4], bool first) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -1153,8 +1177,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::issue_s(const Smem& sm, int group,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::issue_s(const Smem& sm, int group,
                                                                                int q_stage, uint32_t k_base,
                                                                                float (&s)[kNT * 4]) {
   // Q of this warpgroup: rows 64·group.. of every panel (K-major, 1024-byte stride between
@@ -1170,8 +1194,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
 }
 
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl>
-__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl>::round_s_keys(const Smem& sm,
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ uint32_t FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::round_s_keys(const Smem& sm,
                                                                                         const Barriers& b,
                                                                                         int round, int kv) {
   const int qs = round % kQStages;

@@ -10,6 +10,27 @@
 
 namespace fa::cuda {
 
+// Which passes over the scores a kernel instantiation compiles in: the softcap pass and any mask
+// (kPassesAll), or, for instantiations launched only on problems without a softcap, just the
+// keys' end (kPassesDense: no mask) or the causal mask (kPassesCausal). The general passes' code
+// lengthens a key loop even where it does not run; these instantiations hold none of it.
+inline constexpr int kPassesAll = 0, kPassesDense = 1, kPassesCausal = 2;
+
+// The mask every problem of an instantiation of one mask has, as a compile-time constant.
+template <int kPasses>
+__host__ __device__ __forceinline__ Mask fixed_mask() {
+  static_assert(kPasses == kPassesDense || kPasses == kPassesCausal, "an instantiation of one mask");
+  Mask m;  // none: left and right unbounded
+  if (kPasses == kPassesCausal) m.right = 0;
+  return m;
+}
+
+// Do a problem's mask and softcap belong on an instantiation of passes `passes`?
+inline bool passes_fit(int passes, const Mask& m, float softcap) {
+  if (passes == kPassesAll) return true;
+  return softcap == 0.f && m.left < 0 && (passes == kPassesDense ? m.right < 0 : m.right == 0);
+}
+
 // s[mt][nt] is the 16x8 C fragment at rows row0 + 16·mt (+ g, g + 8) and columns col0 + 8·nt
 // (+ 2t, 2t + 1), where row0 already includes g = lane / 4 and col0 includes 2t.
 // A key j of query row i stays iff key_begin(i) <= j < key_end(i) (key_end is clamped to sk).

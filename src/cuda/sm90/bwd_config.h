@@ -62,6 +62,11 @@ struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static constexpr int kMinQueries = 0;
 };
 
+// Causal problems without a softcap on an instantiation of their own (row 1: BwdKernel::kPasses,
+// the causal mask a constant and no softcap pass; bwd_launch picks it).
+template <int kHeadDim>
+inline constexpr bool kBwdOwnCausal = true;
+
 template <int kHeadDim, int kRow = 0>
 inline constexpr int kBwdBlockN = BwdConfig<kHeadDim, kRow>::kBlockN;
 template <int kHeadDim, int kRow = 0>

@@ -61,7 +61,7 @@ __device__ __forceinline__ int thread_index_per_tile() {
 }
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_,
-          bool kDqArriveLate_, bool kUnmasked_>
+          bool kDqArriveLate_, int kPasses_>
 struct BwdKernel {
   using Params = BwdParams;
   using T = typename Storage<kIsBf16_>::type;
@@ -79,12 +79,23 @@ struct BwdKernel {
   // (the stores are complete by then, so the fence does not wait for them), else right after
   // the stores (BwdConfig).
   static constexpr bool kDqArriveLate = kDqArriveLate_;
-  // Unmasked problems only (no mask, no softcap, dense; bwd_can_implement declines the rest):
-  // no element mask and no softcap pass. Entries past the keys need none there: K and V are
-  // zero-filled, so their Sᵀ, dPᵀ are 0 and P, dS finite, and they reach only the dK and dV
-  // rows past the keys (never stored) and dQ through zero K rows; rows past the queries have
-  // P = 0 (their LSE reads +inf).
-  static constexpr bool kUnmasked = kUnmasked_;
+  // The passes over the scores compiled in (common/mask.cuh): the softcap pass and any mask
+  // (kPassesAll), or on the rows and instantiations of one mask (bwd_launch), the causal mask as
+  // a constant (kPassesCausal) or none (kPassesDense). Unmasked problems (no mask, no softcap,
+  // dense; bwd_can_implement declines the rest on such a row) need no element mask at all:
+  // K and V are zero-filled, so the Sᵀ, dPᵀ of entries past the keys are 0 and P, dS finite, and
+  // they reach only the dK and dV rows past the keys (never stored) and dQ through zero K rows;
+  // rows past the queries have P = 0 (their LSE reads +inf).
+  static constexpr int kPasses = kPasses_;
+  static constexpr bool kUnmasked = kPasses == kPassesDense;
+  // The problem's mask, or the one mask of the instantiation as a constant.
+  __host__ __device__ __forceinline__ static fa::Mask mask_of(const sm80::BwdParams& p) {
+    if constexpr (kPasses == kPassesAll) {
+      return p.mask;
+    } else {
+      return fixed_mask<kPasses>();
+    }
+  }
   // Split-D (kBlockN = 64, head dim 256): both consumer warpgroups own all 64 kv rows and split
   // the head dim, dK/dV/dQ columns 128·group .. +127 (128 + 64 fp32 a thread, not 256), and the
   // q columns of Sᵀ/dPᵀ; Pᵀ and dSᵀ go through shared memory to the other warpgroup's GEMMs.
@@ -400,8 +411,8 @@ struct BwdKernel {
                                                   uint64_t* bars, const Steps& w, int tile, uint32_t ring);
 };
 
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::decode(const sm80::BwdParams& p, bool rotate, int idx,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::decode(const sm80::BwdParams& p, bool rotate, int idx,
                                                                      Steps& w) {
   // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
   // (causal: the longest tiles of a head first), or in the deterministic mode descending: there
@@ -411,7 +422,7 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dec
   // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
   // the group's query heads: kv block fastest left the last heads' long tiles to the end).
   const int heads_batch = p.heads_kv * p.batch;  // below 2^30 as the tiles
-  const bool kv_slowest = p.group > 1 && LongestFirstScheduler::by_length(p.mask);
+  const bool kv_slowest = p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
   const int nb = kv_slowest ? idx / heads_batch : idx % p.num_kv_blocks;
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
   const int rest = kv_slowest ? idx % heads_batch : idx / p.num_kv_blocks;
@@ -436,7 +447,7 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dec
 
   // Query rows that see some key of this block: [row_lo, row_hi) (key_begin/key_end monotone);
   // the q blocks covering them, for each query head of the group (q block fastest).
-  const fa::Mask mask = p.mask;
+  const fa::Mask mask = mask_of(p);
   const int kv0 = w.kv0, kv_end = w.kv0 + w.kv_rows;
   const int row_lo = first_row(sq, [&](int r) { return mask.key_end(r, sq, sk) > kv0; });
   const int row_hi = first_row(sq, [&](int r) { return mask.key_begin(r, sq, sk) >= kv_end; });
@@ -449,8 +460,8 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dec
   return true;
 }
 
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::operator()(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::operator()(const Params& params,
                                                                         char* smem_raw) const {
   // 1024-byte aligned tiles (the swizzle atom), then the work slots and the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
@@ -510,8 +521,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::ope
 // P = dS = 0 there); every lane arrives on full[stage]. K and V load once the previous tile's
 // are free (kv_empty), after the first step's Q and dO: the ring runs on over the tiles, so
 // those load under the previous tile's last step.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::producer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::producer(const Params& params, char* smem,
                                                                       uint64_t* bars) {
   const sm80::BwdParams& p = params.prob;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -624,8 +635,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
 // once read. Deterministic mode: the tiles of one (query head, q block) are added in descending
 // kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and releases it
 // once its own addition is complete.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dq_writer(const Params& params, char* smem,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_writer(const Params& params, char* smem,
                                                                        uint64_t* bars) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
@@ -681,9 +692,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::dq_
 // 2t (+1)), rounded to the storage type, 4-byte stores. A block no query sees (no step) writes
 // zeros: dK starts from its first GEMM's flag in both consumers, dV only in split-D (consumer
 // zeroes it).
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::store_dkdv(const sm80::BwdParams& p,
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::store_dkdv(const sm80::BwdParams& p,
                                                                              const Steps& w, const float (&acc_dk)[kN],
                                                                              const float (&acc_dv)[kN], int r0,
                                                                              int col0, int t) {
@@ -715,9 +726,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::sto
 // TMA layout: 64-column panels, 128-byte swizzle), and one thread stores them by TMA (rows past
 // Sk and columns past D clipped by the maps) and waits until they are read. Zeros where
 // store_dkdv writes zeros.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::store_dkdv_tma(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::store_dkdv_tma(
     const Params& params, uint32_t smem_base, char* smem, const Steps& w, const float (&acc_dk)[kN],
     const float (&acc_dv)[kN], int group, int row0, int col0) {
   namespace cp = ::cuda::ptx;
@@ -753,9 +764,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::sto
 // over them (split-D). Then dK and dV leave: by TMA from kOffDk, kOffDv, the consumers meeting
 // again once both warpgroups' tiles are read (the next tile's dS and dQ go there), or by plain
 // stores.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::epilogue(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epilogue(
     const Params& params, uint32_t smem_base, char* smem, uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
     const float (&acc_dv)[kN], int group, int row0, int col0) {
   const bool tma = params.dkdv_by_tma != 0;
@@ -781,9 +792,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::epi
 // columns col0 + 8i + 2t (+1) of the step's q block (q0 + column):
 //   Pᵀ = exp2(S'·log2e − LSE·log2e), S' = scale·S or c·tanh(scale·S / c);
 //   dSᵀ_x = Pᵀ∘(dPᵀ − D) (∘ (1 − tanh²) under softcap). Masked and padded entries: P = 0.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::probs_and_grads(
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::probs_and_grads(
     const sm80::BwdParams& p, const Steps& w, float (&st)[kN], float (&dpt)[kN], const float* lse_s,
     const float2 (&lse_pre)[kLsePre], const float* dsum_s, int q0, int col0, int kv, bool full_tile) {
   static_assert(kN / 4 >= kLsePre, "prefetched LSE pairs");
@@ -792,12 +803,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
   // thread's two keys (kv, kv + 8), as block-local columns in 32-bit (none past the keys). A
   // pass of its own behind one branch a step, so the full tiles' code stays branch-free and
   // small (the instruction cache).
-  const auto mask_out = [&](float (&x)[kN], float value) {
+  const auto mask_out_by = [&](const fa::Mask& mask, float (&x)[kN], float value) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int k = kv + 8 * r;
-      const int lo = k < w.sk ? p.mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
-      const int hi = k < w.sk ? p.mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
+      const int lo = k < w.sk ? mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
+      const int hi = k < w.sk ? mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
 #pragma unroll
       for (int i = 0; i < kN / 4; ++i) {
 #pragma unroll
@@ -806,6 +817,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
           if (c < lo || c >= hi) x[4 * i + e] = value;
         }
       }
+    }
+  };
+  const auto mask_out = [&](float (&x)[kN], float value) {
+    if constexpr (kPasses == kPassesAll) {
+      mask_out_by(p.mask, x, value);
+    } else {
+      mask_out_by(fixed_mask<kPasses>(), x, value);
     }
   };
   // Pᵀ (and, when kFused, dSᵀ in the same pass: softcap needs tanh' of each score).
@@ -832,7 +850,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
       }
     }
   };
-  if (!kUnmasked && p.softcap > 0.f) {  // uniform
+  if (kPasses == kPassesAll && p.softcap > 0.f) {  // uniform
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
     scores(std::true_type{});
@@ -856,14 +874,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::pro
 
 // warpgroup:: scope (one consumer warpgroup; both meet on the named barriers). Warp `warp` of
 // warpgroup `group` owns kv rows 64·group + 16·warp + {g, g + 8} of Sᵀ, dPᵀ, dK and dV.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::consumer(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::consumer(const Params& params,
                                                                       uint32_t smem_base, char* smem,
                                                                       uint64_t* bars, const Steps& w, int tile,
                                                                       uint32_t ring) {
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
-  const fa::Mask mask = p.mask;
+  const fa::Mask mask = mask_of(p);
   const int tid = thread_index_per_tile();
   const int group = warp_uniform(tid / kWarpGroupThreads - 1);
   const int wtid = tid % kWarpGroupThreads;
@@ -1064,14 +1082,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::con
 //   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); once all three
 //   have landed, dQ over this warpgroup's columns of the step's Q and dO (dq_panel_offset) and
 //   dq_full[stage]: the writer warp adds it into dQ_accum and releases the stage.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, bool Um>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Um>::consumer_split_d(const Params& params,
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
                                                                                uint64_t* bars, const Steps& w,
                                                                                int tile, uint32_t ring) {
   const sm80::BwdParams& p = params.prob;
   const int sq = w.sq, sk = w.sk;
-  const fa::Mask mask = p.mask;
+  const fa::Mask mask = mask_of(p);
   const int tid = thread_index_per_tile();
   const int group = warp_uniform(tid / kWarpGroupThreads - 1);
   const int wtid = tid % kWarpGroupThreads;

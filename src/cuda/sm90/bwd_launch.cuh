@@ -13,10 +13,12 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, int kRow, class C = BwdConfig<kHeadDim, kRow>>
-using BwdKernelFor =
-    BwdKernel<kHeadDim, C::kBlockN, C::kBlockM, C::kStages, C::kDkAcrossSteps, kIsBf16, C::kDqArriveLate,
-              C::kUnmaskedOnly>;
+// The kernel of a row: the unmasked passes where the row takes only unmasked problems, else the
+// general ones, or those of kPasses (bwd_launch: the causal instantiation).
+template <int kHeadDim, bool kIsBf16, int kRow, class C = BwdConfig<kHeadDim, kRow>,
+          int kPasses = C::kUnmaskedOnly ? kPassesDense : kPassesAll>
+using BwdKernelFor = BwdKernel<kHeadDim, C::kBlockN, C::kBlockM, C::kStages, C::kDkAcrossSteps, kIsBf16,
+                               C::kDqArriveLate, kPasses>;
 
 // The tensor maps of p (Q and dO boxes of kBlockM rows, K and V boxes of kBlockN rows, the dQ
 // accumulator's box of kBlockM rows; dK and dV boxes of kDkdvStoreRows where they can be used).
@@ -97,18 +99,14 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   return why;
 }
 
-template <int kHeadDim, bool kIsBf16, int kRow>
-void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
-  using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
-  BwdParams full;
-  const std::string why = make_bwd_params<kHeadDim, kIsBf16, kRow>(p, &full);
-  if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward (sm90): " + why);
-  const auto entry = &kernel_entry<Kernel>;
-  const int smem = Kernel::smem_bytes();
-  set_smem_limit_once<Kernel>(smem);
-  const int sm_count = multiprocessor_count();
-  full.rotated = Kernel::rotated_order(p, sm_count) ? 1 : 0;
-  if (Kernel::dealt_rounds(full)) {
+// One launch of kernel class K with full (its grid on sm_count multiprocessors); checked.
+template <class K>
+void launch_bwd_kernel(BwdParams full, int sm_count, cudaStream_t stream) {
+  const auto entry = &kernel_entry<K>;
+  const int smem = K::smem_bytes();
+  set_smem_limit_once<K>(smem);
+  full.rotated = K::rotated_order(full.prob, sm_count) ? 1 : 0;
+  if (K::dealt_rounds(full)) {
     // The deterministic rotated order needs every CTA of the grid resident at once
     // (rotated_order): a cooperative launch guarantees that or is refused, and refused (fewer
     // multiprocessors free than the device has), the problem takes the descending order.
@@ -116,8 +114,8 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
     cooperative.id = cudaLaunchAttributeCooperative;
     cooperative.val.cooperative = 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = Kernel::grid(full, sm_count);
-    config.blockDim = Kernel::block();
+    config.gridDim = K::grid(full, sm_count);
+    config.blockDim = K::block();
     config.dynamicSmemBytes = static_cast<size_t>(smem);
     config.stream = stream;
     config.attrs = &cooperative;
@@ -131,8 +129,23 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
     (void)cudaGetLastError();
     full.rotated = 0;
   }
-  entry<<<Kernel::grid(full, sm_count), Kernel::block(), smem, stream>>>(full);
+  entry<<<K::grid(full, sm_count), K::block(), smem, stream>>>(full);
   check_launch("sm90 backward");
+}
+
+template <int kHeadDim, bool kIsBf16, int kRow>
+void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
+  using C = BwdConfig<kHeadDim, kRow>;
+  BwdParams full;
+  const std::string why = make_bwd_params<kHeadDim, kIsBf16, kRow>(p, &full);
+  if (!why.empty()) fail(FA_STATUS_NOT_SUPPORTED, "CUDA backward (sm90): " + why);
+  const int sm_count = multiprocessor_count();
+  // Causal problems without a softcap: the instantiation with the causal mask as a constant.
+  if constexpr (!C::kUnmaskedOnly && kBwdOwnCausal<kHeadDim>) {
+    if (passes_fit(kPassesCausal, p.mask, p.softcap))
+      return launch_bwd_kernel<BwdKernelFor<kHeadDim, kIsBf16, kRow, C, kPassesCausal>>(full, sm_count, stream);
+  }
+  launch_bwd_kernel<BwdKernelFor<kHeadDim, kIsBf16, kRow>>(full, sm_count, stream);
 }
 
 }  // namespace fa::cuda::sm90

@@ -137,13 +137,11 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
 template <int kHeadDim>
 inline constexpr bool kFwdLazyRescale = kHeadDim == 256;
 
-// The passes over S an instantiation compiles in (FwdKernel::kPasses): softcap and any mask, or
-// for problems without a softcap only the keys' end (no mask) or the causal mask. Per head dim,
-// kFwdOwnPasses says which of the last two get instantiations of their own (fwd_launch picks
-// them; varlen keeps the general one). At 64 the general passes' code made the 192-row kernel
-// spill inside its key loop (none without them): +1–3% on the unmasked cells; at 128 and 256 the
-// shorter loop was scheduled worse, −2 to −5% (docs/PERF.md).
-inline constexpr int kFwdPassesAll = 0, kFwdPassesDense = 1, kFwdPassesCausal = 2;
+// Problems without a softcap, dense or causal, on instantiations of their own passes
+// (FwdKernel::kPasses, common/mask.cuh: no softcap pass; only the keys' end, or the causal mask
+// as a constant), where kFwdOwnPasses says (fwd_launch picks them; varlen keeps the general one).
+// At 64 the general passes' code made the 192-row kernel spill inside its key loop (none without
+// it); at 128 and 256 a shorter dense loop was scheduled worse, −2 to −5% (docs/PERF.md).
 template <int kHeadDim, int kPasses>
 inline constexpr bool kFwdOwnPasses = kHeadDim == 64;
 

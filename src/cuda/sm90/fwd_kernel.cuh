@@ -124,10 +124,9 @@ struct FwdKernel {
   // (consumer_idle) or, where one slice is left, its keys split over the warpgroups
   // (consumer_split).
   static constexpr int kTail = kTail_;
-  // The passes over S compiled in (sm90/fwd_config.h, kFwdPasses*): softcap and any mask
-  // (kFwdPassesAll), or, on instantiations fwd_launch picks for problems without a softcap, only
-  // the keys' end (kFwdPassesDense: no mask) or the causal mask (kFwdPassesCausal). The general
-  // passes' code lengthens the key loop even where it does not run.
+  // The passes over S compiled in (common/mask.cuh): softcap and any mask (kPassesAll), or, on
+  // the instantiations fwd_launch picks for problems without a softcap (kFwdOwnPasses), only the
+  // keys' end (kPassesDense) or the causal mask (kPassesCausal).
   static constexpr int kPasses = kPasses_;
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
@@ -259,18 +258,16 @@ struct FwdKernel {
   // folds its arithmetic.
   __device__ __forceinline__ static void mask_block(float (&s3)[1][kNT][4], const sm80::FwdParams& p, int row0,
                                                     int col0, int sq, int sk) {
-    if constexpr (kPasses == kFwdPassesAll) {
+    if constexpr (kPasses == kPassesAll) {
       warp_mask_tile<1, kNT>(s3, p.mask, row0, col0, sq, sk);
     } else {
-      fa::Mask m;  // none: only the keys' end
-      if constexpr (kPasses == kFwdPassesCausal) m.right = 0;
-      warp_mask_tile<1, kNT>(s3, m, row0, col0, sq, sk);
+      warp_mask_tile<1, kNT>(s3, fixed_mask<kPasses>(), row0, col0, sq, sk);
     }
   }
   // Does key block [n0, n0 + kBlockN) of tile w need the element mask: not seen whole by every
   // row of the tile, or past the keys' end (sk: w.sk).
   __device__ __forceinline__ static bool partial_block(const TileWork& w, int n0, int sk) {
-    if constexpr (kPasses == kFwdPassesDense) return n0 + kBlockN > sk;
+    if constexpr (kPasses == kPassesDense) return n0 + kBlockN > sk;
     return !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
   }
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
@@ -858,7 +855,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   // Softcap, mask and the first kRowsUnderPv rows of the softmax of block it (in S); alpha as
   // warp_softmax_deferred.
   const auto scores = [&](int it, float (&alpha)[2]) {
-    if (kPasses == kFwdPassesAll && p.softcap > 0.f) {
+    if (kPasses == kPassesAll && p.softcap > 0.f) {
 #pragma unroll
       for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
     }
@@ -986,7 +983,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     float (&o3)[1][kOT][4], uint32_t (&p_frag)[kBlockN / 16][4]) {
   auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
   // S = softcap·tanh(scale·S / softcap) when a softcap is set (uniform branch).
-  if (kPasses == kFwdPassesAll && p.softcap > 0.f) {
+  if (kPasses == kPassesAll && p.softcap > 0.f) {
 #pragma unroll
     for (int i = 0; i < kNT * 4; ++i) s[i] = p.softcap * softcap_tanh(s[i] * p.softcap_in);
   }

@@ -16,24 +16,24 @@
 
 namespace fa::cuda::sm90 {
 
-template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false, int kPasses = kFwdPassesAll,
+template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false, int kPasses = kPassesAll,
           class C = FwdConfig<kHeadDim, kRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
                                kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
                                C::kSplitProducer, C::kTail, kPasses>;
 
-// Does row kRow of a head dim receive problems of kind `passes` (kFwdPassesDense: no mask;
-// kFwdPassesCausal: causal), for which kFwdOwnPasses gives it an instantiation of their own?
+// Does row kRow of a head dim receive problems of kind `passes` (kPassesDense: no mask;
+// kPassesCausal: causal), for which kFwdOwnPasses gives it an instantiation of their own?
 // Row 0 receives both unless it hands every masked problem on; a later row receives what the row
 // before hands it: masked problems below kNextRowMaskedBelow query rows, any below
 // kNextRowKeysBelow keys.
 template <int kHeadDim, int kRow>
 constexpr bool row_receives(int passes) {
   if constexpr (kRow == 0) {
-    return passes == kFwdPassesDense || FwdConfig<kHeadDim, 0>::kNextRowMaskedBelow != kEveryMasked;
+    return passes == kPassesDense || FwdConfig<kHeadDim, 0>::kNextRowMaskedBelow != kEveryMasked;
   } else {
     using Before = FwdConfig<kHeadDim, kRow - 1>;
-    return Before::kNextRowKeysBelow > 0 || (passes == kFwdPassesCausal && Before::kNextRowMaskedBelow > 0);
+    return Before::kNextRowKeysBelow > 0 || (passes == kPassesCausal && Before::kNextRowMaskedBelow > 0);
   }
 }
 template <int kHeadDim, int kRow, int kPasses>
@@ -144,13 +144,13 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
       return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, sm_count, stream);
   }
   // Problems without a softcap, dense or causal: the instantiations of their own passes.
-  if constexpr (kRowOwnPasses<kHeadDim, kRow, kFwdPassesDense>) {
-    if (p.softcap == 0.f && p.mask.none())
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kFwdPassesDense>>(full, sm_count, stream);
+  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesDense>) {
+    if (passes_fit(kPassesDense, p.mask, p.softcap))
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kPassesDense>>(full, sm_count, stream);
   }
-  if constexpr (kRowOwnPasses<kHeadDim, kRow, kFwdPassesCausal>) {
-    if (p.softcap == 0.f && p.mask.left < 0 && p.mask.right == 0)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kFwdPassesCausal>>(full, sm_count, stream);
+  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesCausal>) {
+    if (passes_fit(kPassesCausal, p.mask, p.softcap))
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kPassesCausal>>(full, sm_count, stream);
   }
   launch_kernel<Kernel>(full, sm_count, stream);
 }

@@ -132,10 +132,10 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
 // Lazy rescaling in the overlapped consumer (fwd_kernel.cuh, warp_softmax_deferred): a row's
 // running maximum moves only when a block raises it past 2^8 in P's scale, and a warp none of
 // whose rows moved skips O·alpha. At 256 (O is 128 registers a thread against 40 of S) +2.7% in
-// geometric mean over the grid; ±1% at 128 and −1% at 64, where the branch costs what the
-// multiplies saved (docs/PERF.md).
+// geometric mean over the grid; ±1% at 128. At 64 −1% while the 192-row kernel spilled in its
+// key loop, +0.9% on the spill-free own-passes kernels (kFwdOwnPasses; docs/PERF.md).
 template <int kHeadDim>
-inline constexpr bool kFwdLazyRescale = kHeadDim == 256;
+inline constexpr bool kFwdLazyRescale = kHeadDim == 256 || kHeadDim == 64;
 
 // Problems without a softcap, dense or causal, on instantiations of their own passes
 // (FwdKernel::kPasses, common/mask.cuh: no softcap pass; only the keys' end, or the causal mask

@@ -131,14 +131,15 @@ def test_head_dim_padding(d, dv):
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("s,causal", [(1000, False), (1000, True), (4200, False)])
+@pytest.mark.parametrize("s,causal", [(1000, False), (1000, True), (4200, False), (4200, True)])
 @pytest.mark.parametrize("ramp", [-20.0, 2.0, 20.0])
 def test_running_max_moves(d, s, causal, ramp):
     """Rows whose maximum rises along the keys: key j scaled by 1 + ramp·j / S, so later key blocks
     raise a row's maximum by more (ramp 20) or less (ramp 2) than the forward's lazy-rescale
     threshold, or by 1 + |ramp|·(1 − j / S) for ramp −20, the largest scores first. On the sm90
     forward: S 1000 takes the hdim-64 rows (192-row unmasked, 128-row masked), the hdim-128
-    second row and the hdim-256 64-key row; 4200 keys the first rows at 128 and 256."""
+    second row and the hdim-256 64-key row; 4200 keys unmasked the first rows at 128 and 256,
+    masked the 192-row hdim-64 causal kernel and the second rows at 128 and 256."""
     torch.manual_seed(s + d)
     q = torch.randn(1, s, 2, d, device="cuda", dtype=torch.bfloat16)
     pos = torch.arange(s, device="cuda", dtype=torch.float32) / s

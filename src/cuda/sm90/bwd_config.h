@@ -31,6 +31,8 @@ namespace fa::cuda::sm90 {
 // its dQ GEMM transposed, dQᵀ = Kᵀ·dSᵀ, since 80 rows are no m64 extent) from kMinQueries
 // query rows (80-row blocks pad 512 rows by 9%); the passes' registers are what lets its
 // 80-row Sᵀ and dPᵀ fit (with them ptxas serialises its wgmma). Row 1 at 128 has 64-row blocks.
+// Row 1 runs causal problems without a softcap on an instantiation with the causal mask a
+// constant and no softcap pass (bwd_launch).
 template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
 template <int kRow>
@@ -61,11 +63,6 @@ struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr int kMinQueries = 0;
 };
-
-// Causal problems without a softcap on an instantiation of their own (row 1: BwdKernel::kPasses,
-// the causal mask a constant and no softcap pass; bwd_launch picks it).
-template <int kHeadDim>
-inline constexpr bool kBwdOwnCausal = true;
 
 template <int kHeadDim, int kRow = 0>
 inline constexpr int kBwdBlockN = BwdConfig<kHeadDim, kRow>::kBlockN;

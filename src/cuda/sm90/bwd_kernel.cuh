@@ -819,6 +819,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
       }
     }
   };
+  // p.mask in place on the general kernels (a copy through mask_of changes their schedule).
   const auto mask_out = [&](float (&x)[kN], float value) {
     if constexpr (kPasses == kPassesAll) {
       mask_out_by(p.mask, x, value);

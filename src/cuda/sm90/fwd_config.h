@@ -142,7 +142,7 @@ inline constexpr bool kFwdLazyRescale = kHeadDim == 256 || kHeadDim == 64;
 // as a constant), where kFwdOwnPasses says (fwd_launch picks them; varlen keeps the general one).
 // At 64 the general passes' code made the 192-row kernel spill inside its key loop (none without
 // it); at 128 and 256 a shorter dense loop was scheduled worse, −2 to −5% (docs/PERF.md).
-template <int kHeadDim, int kPasses>
+template <int kHeadDim>
 inline constexpr bool kFwdOwnPasses = kHeadDim == 64;
 
 template <int kHeadDim, int kRow = 0>

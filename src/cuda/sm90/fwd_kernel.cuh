@@ -255,7 +255,8 @@ struct FwdKernel {
   };
   // The element mask of a partial block: the problem's, or on the instantiations of one mask
   // (their problems have that mask) that mask as a compile-time constant, so that the compiler
-  // folds its arithmetic.
+  // folds its arithmetic. The general one reads p.mask in place: through a copy (one mask_of
+  // for both) ptxas schedules the general kernels' key loops differently.
   __device__ __forceinline__ static void mask_block(float (&s3)[1][kNT][4], const sm80::FwdParams& p, int row0,
                                                     int col0, int sq, int sk) {
     if constexpr (kPasses == kPassesAll) {

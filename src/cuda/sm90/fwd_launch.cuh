@@ -37,7 +37,7 @@ constexpr bool row_receives(int passes) {
   }
 }
 template <int kHeadDim, int kRow, int kPasses>
-inline constexpr bool kRowOwnPasses = kFwdOwnPasses<kHeadDim, kPasses> && row_receives<kHeadDim, kRow>(kPasses);
+inline constexpr bool kRowOwnPasses = kFwdOwnPasses<kHeadDim> && row_receives<kHeadDim, kRow>(kPasses);
 
 // The three tensor maps of p (Q boxes of kBlockM rows, K and V boxes of kBlockN rows).
 // sm_count: the device's multiprocessors (the persistent grid's bound).

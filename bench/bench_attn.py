@@ -2,8 +2,9 @@
 """Benchmark driver: flashattn against its peers, forward and backward, in one process.
 
 GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
-timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul; each
-row also has host_us, the host time of one call (calls queued with no sync); a row whose host
+timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul (at the
+start and the end of the run, and after each cell of the longest seqlen, whose rows carry it as
+matmul_bf16_tflops_cell: the card's clocks fall as it warms); each row also has host_us, the host time of one call (calls queued with no sync); a row whose host
 time reaches 0.8 of its timed figure gets host_bound: true and a note (printed, and in the
 results file's "notes").
 CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
@@ -245,6 +246,7 @@ def run(args):
                            "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal)}
                 kernels["step"] = kernels["fwd"] + "+" + kernels["bwd"]
                 ref_out = None
+                first_row = len(rows)
                 for impl, maker in impls.items():
                     try:
                         fwd, inputs = maker(q, k, v, causal)
@@ -293,6 +295,15 @@ def run(args):
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
                           + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
                 del q, k, v
+                if device == "cuda" and S == max(args.seqlens):
+                    # The ceiling next to the longest cells, in the card's clock state there (its
+                    # clocks fall as it warms: matmul_bf16_tflops at the start of a run reads up to
+                    # 15% above matmul_bf16_tflops_end).
+                    mm = round(matmul_tflops("cuda"), 1)
+                    for row in rows[first_row:]:
+                        row["matmul_bf16_tflops_cell"] = mm
+                    print(f"  [{time.perf_counter() - t_start:6.0f} s] matmul next to hdim={hdim} causal={int(causal)} "
+                          f"S={S}: {mm} TFLOP/s", file=sys.stderr, flush=True)
     notes += mark_host_bound(rows)
     return rows, notes, list(impls)
 

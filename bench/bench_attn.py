@@ -4,9 +4,9 @@
 GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
 timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul (at the
 start and the end of the run, and after each cell of the longest seqlen, whose rows carry it as
-matmul_bf16_tflops_cell: the card's clocks fall as it warms); each row also has host_us, the host time of one call (calls queued with no sync); a row whose host
-time reaches 0.8 of its timed figure gets host_bound: true and a note (printed, and in the
-results file's "notes").
+matmul_bf16_tflops_cell: the card's clocks fall as it warms); each row also has host_us, the
+host time of one call (calls queued with no sync); a row whose host time reaches 0.8 of its
+timed figure gets host_bound: true and a note (printed, and in the results file's "notes").
 CPU: flashattn vs torch's CPU SDPA, timed with time.perf_counter (median).
 Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model width fixed
 (heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),

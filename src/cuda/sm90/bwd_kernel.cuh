@@ -1046,12 +1046,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
     ptx::warpgroup_fence_operand(acc_dq);
-    if constexpr (!kDkAcrossSteps) {
-      ptx::warpgroup_wait<0>();
-      ptx::warpgroup_fence_operand(acc_dk);
-      ptx::warpgroup_fence_operand(ds_flat);
-      release_stage(bars, stage);  // Q, dO, LSE, D read
-    }
 
     // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
     // it has read the previous one: 32-column panels in the accumulator's paired order
@@ -1065,6 +1059,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
                             kDqPanelBytes, acc_dq, g, t);
     }
     if (!kDqArriveLate) dq_tile_ready();
+    if constexpr (!kDkAcrossSteps) {  // dK ran under the dQ store
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(acc_dk);
+      ptx::warpgroup_fence_operand(ds_flat);
+      release_stage(bars, stage);  // Q, dO, LSE, D read
+    }
   }
   if (kDqArriveLate && w.steps > 0) dq_tile_ready();  // the last step's
   ptx::warpgroup_wait<0>();  // the last step's dK

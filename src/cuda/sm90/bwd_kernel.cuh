@@ -72,8 +72,8 @@ struct BwdKernel {
   static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
   static constexpr int kStages = kStages_;
   // The dK GEMM of step s runs on under the dQ store and step s + 1's Sᵀ/dPᵀ GEMMs (waited
-  // there), else it is waited at the end of step s (when Sᵀ, dPᵀ and the dSᵀ fragments do not
-  // fit beside dK and dV in the registers).
+  // there), else it is waited at the end of step s, after the dQ store it runs under (when Sᵀ,
+  // dPᵀ and the dSᵀ fragments do not fit beside dK and dV in the registers).
   static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
   // The dQ tile's proxy fence and dq_full arrival come in the next step, once its Sᵀ has landed
   // (the stores are complete by then, so the fence does not wait for them), else right after

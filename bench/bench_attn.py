@@ -2,7 +2,10 @@
 """Benchmark driver: flashattn against its peers, forward and backward, in one process.
 
 GPU: flashattn vs PyTorch SDPA's cuDNN and FLASH backends and FlexAttention (torch.compile'd),
-timed with triton.testing.do_bench (median), next to a warmed cuBLAS bf16 8192^3 matmul (at the
+timed with triton.testing.do_bench (median) in interleaved rounds (--rounds, 3 on CUDA: every
+implementation once a round, each round and cell starting with the next one, so that none always
+runs first after a cell's set-up pause; each row keeps the median of its rounds and, with more than
+one, the rounds themselves as ms_rounds), next to a warmed cuBLAS bf16 8192^3 matmul (at the
 start and the end of the run, and after each cell of the longest seqlen, whose rows carry it as
 matmul_bf16_tflops_cell: the card's clocks fall as it warms); each row also has host_us, the
 host time of one call (calls queued with no sync); a row whose host time reaches 0.8 of its
@@ -80,6 +83,30 @@ def host_us(fn, gpu_ms: float, budget_ms: float = 50.0) -> float:
     over as many calls as fit `budget_ms` of GPU time (5 to 50). A cell whose host time reaches
     its GPU time is host-bound: do_bench then times the host path, not the kernels."""
     return host_cost.host_us(fn, n=max(5, min(50, int(budget_ms / max(gpu_ms, 1e-3)))), warmup=0)
+
+
+def time_rounds(timers, ops, rounds, device, first, notes, what) -> dict:
+    """{impl: {op: [ms of each round]}}. Each op is timed for every implementation in turn, in
+    `rounds` rounds, each round starting one implementation further on (and the first round at
+    `first`, the cell's index), so that no implementation always runs first after the cell's set-up
+    pause or last in a hot card. An implementation whose timer raises is dropped (flashattn's
+    re-raises)."""
+    impls = list(timers)
+    samples = {impl: {} for impl in impls}
+    for op in ops:
+        for r in range(rounds):
+            k = (first + r) % len(impls)
+            for impl in impls[k:] + impls[:k]:
+                if impl not in samples or op not in timers[impl]:
+                    continue
+                try:
+                    samples[impl].setdefault(op, []).append(time_ms(timers[impl][op], device))
+                except Exception as e:
+                    if impl == "flashattn":
+                        raise
+                    notes.append(f"{impl} {what}: {type(e).__name__}: {str(e)[:160]}")
+                    del samples[impl]
+    return samples
 
 
 def flops(op, B, H, S, D, causal) -> float:
@@ -232,6 +259,7 @@ def run(args):
                 setattr(torch._dynamo.config, name, 4096)
 
     rows, notes = [], []
+    cell = 0  # rotates the order the implementations are timed in, cell by cell
     t_start = time.perf_counter()
     for hdim in args.hdims:
         heads = args.width // hdim
@@ -247,6 +275,8 @@ def run(args):
                 kernels["step"] = kernels["fwd"] + "+" + kernels["bwd"]
                 ref_out = None
                 first_row = len(rows)
+                # Every implementation's timers first, then each op timed in interleaved rounds.
+                timers = {}
                 for impl, maker in impls.items():
                     try:
                         fwd, inputs = maker(q, k, v, causal)
@@ -264,36 +294,38 @@ def run(args):
                             if not math.isfinite(err) or err > tol * max(1.0, ref_out.abs().max().item()):
                                 notes.append(f"{impl} hdim={hdim} S={S} causal={causal}: max |diff| to flashattn {err:.3g}")
                         del out
-                        timed, host = {}, {}
-                        fns = {"fwd": lambda: fwd, "bwd": lambda: _bwd_of(fwd, inputs),
-                               "step": lambda: _step_of(fwd, inputs)}
-                        for op in ("fwd", "bwd", "step"):
-                            if op in args.ops:
-                                fn = fns[op]()
-                                timed[op] = time_ms(fn, device)
-                                if device == "cuda":
-                                    host[op] = host_us(fn, timed[op])
+                        makers = {"fwd": lambda: fwd, "bwd": lambda: _bwd_of(fwd, inputs),
+                                  "step": lambda: _step_of(fwd, inputs)}
+                        timers[impl] = {op: makers[op]() for op in ("fwd", "bwd", "step") if op in args.ops}
                     except Exception as e:  # a peer that cannot run a shape is left out
                         if impl == "flashattn":
                             raise
                         notes.append(f"{impl} hdim={hdim} S={S} causal={causal}: {type(e).__name__}: {str(e)[:160]}")
-                        continue
-                    finally:
-                        if device == "cuda":
-                            torch.cuda.empty_cache()
-                    for op, ms in timed.items():
+                samples = time_rounds(timers, args.ops, args.rounds, device, first=cell, notes=notes,
+                                      what=f"hdim={hdim} S={S} causal={causal}")
+                cell += 1
+                for impl, by_op in samples.items():
+                    for op, ms_runs in by_op.items():
+                        ms = statistics.median(ms_runs)
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
-                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5),
-                               **({"host_us": round(host[op], 1)} if op in host else {})}
+                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
+                        if len(ms_runs) > 1:
+                            row["ms_rounds"] = [round(x, 5) for x in ms_runs]
+                        if device == "cuda":
+                            row["host_us"] = round(host_us(timers[impl][op], ms), 1)
                         if impl.startswith("flashattn"):
                             row["kernel"] = kernels[op]
                         if impl == "flashattn_det":
                             row["deterministic"] = True
                         rows.append(row)
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] {impl:10s} hdim={hdim:3d} causal={int(causal)} S={S:5d} "
-                          + " ".join(f"{op} {ms:8.3f} ms" for op, ms in timed.items()), file=sys.stderr, flush=True)
+                          + " ".join(f"{op} {statistics.median(ms):8.3f} ms" for op, ms in by_op.items()),
+                          file=sys.stderr, flush=True)
+                del timers
+                if device == "cuda":
+                    torch.cuda.empty_cache()
                 del q, k, v
                 if device == "cuda" and S == max(args.seqlens):
                     # The ceiling next to the longest cells, in the card's clock state there (its
@@ -380,6 +412,8 @@ def parse_args(argv=None):
     p.add_argument("--ops", default="fwd,bwd", help="comma list of fwd, bwd, step (forward + backward)")
     p.add_argument("--deterministic", action="store_true",
                    help="also time flashattn with deterministic=True (column flashattn_det)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds a cell, each implementation's median kept (default 3; cpu 1)")
     p.add_argument("--tokens", type=int, default=None, help="batch * seqlen (default 16384; cpu 2048)")
     p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
     p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")
@@ -399,6 +433,9 @@ def parse_args(argv=None):
                  .split(",")]
     a.causal = [bool(int(x)) for x in a.causal.split(",")]
     a.ops = [x for x in a.ops.split(",") if x]
+    a.rounds = a.rounds or (3 if gpu else 1)
+    if a.rounds < 1:
+        p.error("--rounds: at least 1")
     a.tokens = a.tokens or (16384 if gpu else 2048)
     a.width = a.width or (2048 if gpu else 256)
     a.peers = None if a.peers is None else [x for x in a.peers.split(",") if x]

@@ -47,3 +47,43 @@ def test_host_bound_rows_marked():
     notes = _bench_module().mark_host_bound(rows)
     assert [r.get("host_bound", False) for r in rows] == [True, False, False]
     assert notes == ["flashattn step hdim=256 S=512 causal=True: host-bound (500 us of host time a call, 612 us timed)"]
+
+
+def test_rounds_rotate_the_order(monkeypatch):
+    """Each op is timed for every implementation in every round, each round (and cell, through
+    `first`) starting one implementation further on; a peer whose timer raises is dropped with a
+    note, and the other implementations keep all their rounds."""
+    mod = _bench_module()
+    order = []
+
+    def fake_time(fn, device):
+        return fn()
+
+    def timer(name, op):
+        def fn():
+            order.append((op, name))
+            if name == "bad" and op == "bwd":
+                raise RuntimeError("no such shape")
+            return 1.0
+        return fn
+
+    monkeypatch.setattr(mod, "time_ms", fake_time)
+    names = ["flashattn", "peer", "bad"]
+    timers = {n: {op: timer(n, op) for op in ("fwd", "bwd")} for n in names}
+    notes = []
+    samples = mod.time_rounds(timers, ["fwd", "bwd"], 3, "cpu", first=1, notes=notes, what="cell")
+    fwd = [n for op, n in order if op == "fwd"]
+    assert fwd == ["peer", "bad", "flashattn", "bad", "flashattn", "peer", "flashattn", "peer", "bad"]
+    assert samples["flashattn"] == {"fwd": [1.0] * 3, "bwd": [1.0] * 3}
+    assert samples["peer"]["bwd"] == [1.0] * 3
+    assert "bad" not in samples
+    assert notes == ["bad cell: RuntimeError: no such shape"]
+
+
+def test_rounds_kept_in_rows(tmp_path):
+    out = tmp_path / "rows.json"
+    _bench_module().main(["--device", "cpu", "--hdims", "32", "--seqlens", "64", "--causal", "1", "--tokens", "64",
+                          "--width", "32", "--ops", "fwd", "--rounds", "2", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(len(r["ms_rounds"]) == 2 and min(r["ms_rounds"]) <= r["ms"] <= max(r["ms_rounds"])
+                        for r in rows)

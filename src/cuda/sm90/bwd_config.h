@@ -42,6 +42,7 @@ struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots a
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
   static constexpr bool kUnmaskedOnly = kRow == 0;
+  static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
 };
 template <int kRow>
@@ -51,6 +52,7 @@ struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (19
   static constexpr bool kDkAcrossSteps = kRow == 1;  // at BM 80 ptxas serialises the wgmma (registers)
   static constexpr bool kDqArriveLate = false;
   static constexpr bool kUnmaskedOnly = kRow == 0;
+  static constexpr bool kTakesCausal = kRow == 0;
   static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;
 };
 
@@ -61,6 +63,7 @@ struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
   static constexpr bool kUnmaskedOnly = kRow == 0;
+  static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
 };
 

@@ -2,7 +2,7 @@
 
 CUDA-graph capture and replay of forward + backward (workspace from torch's allocator,
 launches on the capturing stream), non-default streams, head-dim padding, rows whose running
-maximum moves along the keys (the forward's lazy rescale), and
+maximum moves along the keys (the forward's lazy rescale), long causal backwards, and
 torch.compile(mode="reduce-overhead"). The reference sweep itself runs on CUDA in test_correctness.
 """
 
@@ -151,6 +151,28 @@ def test_running_max_moves(d, s, causal, ramp):
     lo = attention_ref(q, k, v, causal=causal, dtype=torch.bfloat16)
     assert_close("out", out, hi[0], lo[0])
     assert_close("lse", lse, hi[1], lo[1])
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("sq,sk", [(4200, 4100), (4096, 4500)])
+def test_long_causal_backward(sq, sk, deterministic):
+    """The backward of long causal problems at hdim 128, with GQA and Sq != Sk: from 4096 query
+    rows the sm90 backward runs them on its 80-row kernel (the causal instantiation of row 0),
+    below that on the 64-row one."""
+    torch.manual_seed(sq + sk)
+    q = torch.randn(1, sq, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, sk, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, sk, 2, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = flashattn.flash_attn_func(q, k, v, causal=True, deterministic=deterministic)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    hi, lo = [], []
+    for dt, res in ((torch.float32, hi), (torch.bfloat16, lo)):
+        xs = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        o, _ = attention_ref(*xs, causal=True, dtype=dt)
+        res.extend(torch.autograd.grad(o, xs, dout.to(dt)))
+    for name, g, h, low in zip(("dq", "dk", "dv"), grads, hi, lo):
+        assert_close(name, g, h, low, factor=3.0, floor=1.0)
 
 
 def test_compile_reduce_overhead():

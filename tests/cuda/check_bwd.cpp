@@ -402,15 +402,16 @@ int mode_check(bool small) {
 // Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode (there on a
 // caller's workspace dirtied before each call). Causal at
 // 512 tokens (4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes)
-// and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks).
+// and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks); at 128 also causal at
+// 4096 (the 80-row kernel's causal instantiation).
 int mode_determinism(int64_t D) {
   const int64_t H = 4;
   std::mt19937_64 rng(1234);
   const fa_dtype dt = FA_DTYPE_BF16;
   int bad = 0;
-  for (int run = 0; run < 4; ++run) {
-    const bool det = run % 2 == 1, causal = run < 2;
-    const int64_t B = causal ? 64 : 32, S = causal ? 512 : 1024;
+  for (int run = 0; run < (D == 128 ? 6 : 4); ++run) {
+    const bool det = run % 2 == 1, causal = run < 2 || run >= 4;
+    const int64_t B = run >= 4 ? 2 : causal ? 64 : 32, S = run >= 4 ? 4096 : causal ? 512 : 1024;
     Case c{"determinism", B, S, S, H, H, D, D, {}, {}, causal};
     c.deterministic = det;
     const int64_t n = B * S * H * D;

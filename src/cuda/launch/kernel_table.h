@@ -57,18 +57,21 @@ static_assert(sm90::FwdConfig<64, 1>::kNextRowMaskedBelow == 0 && sm90::FwdConfi
 inline constexpr const char* kSm80Declines = "more shared memory per block than the device has";
 // What every sm90 backward row declines (to the sm80 rows). The first sm90 row of each head dim
 // (compiled unmasked, sm90/bwd_config.h) also hands masked, softcap and varlen problems to its
-// second; at 128 (80-row q blocks) those of fewer than 1024 query rows too (the second has
-// 64-row blocks).
+// second; at 128 (80-row q blocks) it keeps causal problems without a softcap from 4096 query
+// rows (its causal instantiation) and hands on those of fewer than 1024 query rows too (the
+// second has 64-row blocks).
 #define FA_SM90_BWD_DECLINES "strides TMA cannot describe; D or Dv at most head dim - 64"
 inline constexpr const char* kSm90BwdDeclines = FA_SM90_BWD_DECLINES;
 inline constexpr const char* kSm90BwdUnmaskedDeclines = FA_SM90_BWD_DECLINES "; masked, softcap or varlen";
 inline constexpr const char* kSm90Bwd128Declines =
-    FA_SM90_BWD_DECLINES "; masked, softcap or varlen; fewer than 1024 query rows";
+    FA_SM90_BWD_DECLINES "; masked but causal from 4096 query rows, softcap or varlen; fewer than 1024 query rows";
 #if defined(FA_HAVE_SM90_BWD)
-static_assert(sm90::BwdConfig<128>::kUnmaskedOnly && sm90::BwdConfig<128>::kMinQueries == 1024,
+static_assert(sm90::BwdConfig<128>::kUnmaskedOnly && sm90::BwdConfig<128>::kMinQueries == 1024 &&
+                  sm90::BwdConfig<128>::kTakesCausal && sm90::BwdConfig<128>::kMinCausalQueries == 4096,
               "kSm90Bwd128Declines names the thresholds");
 static_assert(sm90::BwdConfig<64>::kUnmaskedOnly && sm90::BwdConfig<64>::kMinQueries == 0 &&
-                  sm90::BwdConfig<256>::kUnmaskedOnly && sm90::BwdConfig<256>::kMinQueries == 0,
+                  !sm90::BwdConfig<64>::kTakesCausal && sm90::BwdConfig<256>::kUnmaskedOnly &&
+                  sm90::BwdConfig<256>::kMinQueries == 0 && !sm90::BwdConfig<256>::kTakesCausal,
               "kSm90BwdUnmaskedDeclines names the thresholds");
 static_assert(!sm90::BwdConfig<64, 1>::kUnmaskedOnly && sm90::BwdConfig<64, 1>::kMinQueries == 0 &&
                   !sm90::BwdConfig<128, 1>::kUnmaskedOnly && sm90::BwdConfig<128, 1>::kMinQueries == 0 &&

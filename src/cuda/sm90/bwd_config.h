@@ -32,7 +32,10 @@ namespace fa::cuda::sm90 {
 // query rows (80-row blocks pad 512 rows by 9%); the passes' registers are what lets its
 // 80-row Sᵀ and dPᵀ fit (with them ptxas serialises its wgmma). Row 1 at 128 has 64-row blocks.
 // Row 1 runs causal problems without a softcap on an instantiation with the causal mask a
-// constant and no softcap pass (bwd_launch).
+// constant and no softcap pass (bwd_launch). kTakesCausal (row 0 at 128): the row also takes
+// those from kMinCausalQueries query rows, on its own causal instantiation (80-row q blocks:
+// +1 / +4 / +4% at causal 4k / 8k / 16k, +3 to +8% in the deterministic mode; −6% at 1k, where
+// 80-row blocks cut the diagonal coarsely; docs/PERF.md). Its step loop then holds one LDL.
 template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
 template <int kRow>
@@ -44,6 +47,7 @@ struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots a
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
+  static constexpr int kMinCausalQueries = 0;
 };
 template <int kRow>
 struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (198,864 B)
@@ -54,6 +58,7 @@ struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (19
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr bool kTakesCausal = kRow == 0;
   static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;
+  static constexpr int kMinCausalQueries = kRow == 0 ? 4096 : 0;
 };
 
 template <int kRow>
@@ -65,6 +70,7 @@ struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
+  static constexpr int kMinCausalQueries = 0;
 };
 
 template <int kHeadDim, int kRow = 0>

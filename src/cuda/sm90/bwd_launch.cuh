@@ -65,6 +65,9 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   const bool own_mask = p.mask.none() || (C::kTakesCausal && passes_fit(kPassesCausal, p.mask, p.softcap));
   if (C::kUnmaskedOnly && (!own_mask || p.softcap > 0.f || p.cu_seqlens_q != nullptr))
     return "sm90 backward row " + std::to_string(kRow) + ": masked, softcap or varlen (its next row)";
+  if (C::kUnmaskedOnly && !p.mask.none() && p.seqlen_q < C::kMinCausalQueries)
+    return "sm90 backward row " + std::to_string(kRow) + ": causal with fewer than " +
+           std::to_string(C::kMinCausalQueries) + " query rows (its next row)";
   if (p.seqlen_q < C::kMinQueries)
     return "sm90 backward row " + std::to_string(kRow) + ": fewer than " + std::to_string(C::kMinQueries) +
            " query rows (its next row)";

@@ -61,8 +61,9 @@ def main(argv=None) -> int:
     meta["note"] = a.note
     Path(a.json).write_text(json.dumps(dict(meta, matmul_runs=matmul, rows=rows), indent=1) + "\n")
 
-    # Median time of each build per cell, and its ratio to the base's (> 1: faster than the base).
-    ours = [row for row in rows if row.get("impl") == "flashattn"]
+    # Median time of each build per cell, and its ratio to the base's (> 1: faster than the base);
+    # the deterministic column's cells (flashattn_det) end in "det".
+    ours = [row for row in rows if row.get("impl") in ("flashattn", "flashattn_det")]
     cells = sorted({tuple(row.get(k) for k in KEY) for row in ours}, key=str)
     base = builds[0][0]
     print("\ncell" + "".join(f"  {n}/{base}" for n, _ in builds[1:]))
@@ -72,7 +73,8 @@ def main(argv=None) -> int:
             ms = [row["ms"] for row in ours if tuple(row.get(k) for k in KEY) == cell
                   and row["run"].rsplit("_", 1)[0] == name]
             med[name] = statistics.median(ms) if ms else float("nan")
-        print(" ".join(str(c) for c in cell if c is not None) +
+        print(" ".join("det" if c is True and k == "deterministic" else str(c)
+                       for k, c in zip(KEY, cell) if c is not None) +
               "".join(f"  {med[base] / med[n]:.3f}" for n, _ in builds[1:]))
     return 0
 

@@ -81,7 +81,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kNextRowMaskedBelow = 4096, kNextRowKeysBelow = 0;
+  static constexpr int kNextRowMaskedBelow = 2048, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;

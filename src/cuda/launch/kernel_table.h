@@ -29,7 +29,7 @@ enum class Direction { fwd, bwd };
 #endif
 inline constexpr const char* kSm90FwdDeclines = FA_SM90_FWD_DECLINES;
 // The first sm90 row of a head dim also hands some problems to its next row (sm90/fwd_config.h,
-// kRow): at 64 masked ones below 4096 query rows (128-row tiles), at 128 and 256 masked ones and
+// kRow): at 64 masked ones below 2048 query rows (128-row tiles), at 128 and 256 masked ones and
 // those with fewer keys than 4096 / 2048 (the softmax wholly after the P·V's wait); the second
 // row at 256 those of at most 1024 keys (64-key blocks).
 inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 2048 query rows";

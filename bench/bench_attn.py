@@ -97,7 +97,7 @@ def time_rounds(timers, ops, rounds, device, first, notes, what) -> dict:
         for r in range(rounds):
             k = (first + r) % len(impls)
             for impl in impls[k:] + impls[:k]:
-                if impl not in samples or op not in timers[impl]:
+                if impl not in samples:  # dropped in an earlier round
                     continue
                 try:
                     samples[impl].setdefault(op, []).append(time_ms(timers[impl][op], device))

@@ -409,9 +409,15 @@ int mode_determinism(int64_t D) {
   std::mt19937_64 rng(1234);
   const fa_dtype dt = FA_DTYPE_BF16;
   int bad = 0;
-  for (int run = 0; run < (D == 128 ? 6 : 4); ++run) {
-    const bool det = run % 2 == 1, causal = run < 2 || run >= 4;
-    const int64_t B = run >= 4 ? 2 : causal ? 64 : 32, S = run >= 4 ? 4096 : causal ? 512 : 1024;
+  struct Shape {
+    bool causal;
+    int64_t B, S;
+  };
+  std::vector<Shape> shapes = {{true, 64, 512}, {false, 32, 1024}};
+  if (D == 128) shapes.push_back({true, 2, 4096});
+  for (size_t run = 0; run < 2 * shapes.size(); ++run) {
+    const bool det = run % 2 == 1, causal = shapes[run / 2].causal;
+    const int64_t B = shapes[run / 2].B, S = shapes[run / 2].S;
     Case c{"determinism", B, S, S, H, H, D, D, {}, {}, causal};
     c.deterministic = det;
     const int64_t n = B * S * H * D;

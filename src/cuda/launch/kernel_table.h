@@ -67,11 +67,11 @@ inline constexpr const char* kSm90Bwd128Declines =
     FA_SM90_BWD_DECLINES "; masked but causal from 4096 query rows, softcap or varlen; fewer than 1024 query rows";
 #if defined(FA_HAVE_SM90_BWD)
 static_assert(sm90::BwdConfig<128>::kUnmaskedOnly && sm90::BwdConfig<128>::kMinQueries == 1024 &&
-                  sm90::BwdConfig<128>::kTakesCausal && sm90::BwdConfig<128>::kMinCausalQueries == 4096,
+                  sm90::BwdConfig<128>::kCausalFromQueries == 4096,
               "kSm90Bwd128Declines names the thresholds");
 static_assert(sm90::BwdConfig<64>::kUnmaskedOnly && sm90::BwdConfig<64>::kMinQueries == 0 &&
-                  !sm90::BwdConfig<64>::kTakesCausal && sm90::BwdConfig<256>::kUnmaskedOnly &&
-                  sm90::BwdConfig<256>::kMinQueries == 0 && !sm90::BwdConfig<256>::kTakesCausal,
+                  sm90::BwdConfig<64>::kCausalFromQueries == 0 && sm90::BwdConfig<256>::kUnmaskedOnly &&
+                  sm90::BwdConfig<256>::kMinQueries == 0 && sm90::BwdConfig<256>::kCausalFromQueries == 0,
               "kSm90BwdUnmaskedDeclines names the thresholds");
 static_assert(!sm90::BwdConfig<64, 1>::kUnmaskedOnly && sm90::BwdConfig<64, 1>::kMinQueries == 0 &&
                   !sm90::BwdConfig<128, 1>::kUnmaskedOnly && sm90::BwdConfig<128, 1>::kMinQueries == 0 &&

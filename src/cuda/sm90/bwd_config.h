@@ -32,8 +32,8 @@ namespace fa::cuda::sm90 {
 // query rows (80-row blocks pad 512 rows by 9%); the passes' registers are what lets its
 // 80-row Sᵀ and dPᵀ fit (with them ptxas serialises its wgmma). Row 1 at 128 has 64-row blocks.
 // Row 1 runs causal problems without a softcap on an instantiation with the causal mask a
-// constant and no softcap pass (bwd_launch). kTakesCausal (row 0 at 128): the row also takes
-// those from kMinCausalQueries query rows, on its own causal instantiation (80-row q blocks:
+// constant and no softcap pass (bwd_launch). kCausalFromQueries (row 0 at 128; 0: never): an
+// unmasked row also takes those from that many query rows, on its own causal instantiation (80-row q blocks:
 // +1 / +4 / +4% at causal 4k / 8k / 16k, +3 to +8% in the deterministic mode; −6% at 1k, where
 // 80-row blocks cut the diagonal coarsely; docs/PERF.md). Its step loop then holds one LDL.
 template <int kHeadDim, int kRow = 0>
@@ -45,9 +45,8 @@ struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots a
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
   static constexpr bool kUnmaskedOnly = kRow == 0;
-  static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
-  static constexpr int kMinCausalQueries = 0;
+  static constexpr int kCausalFromQueries = 0;
 };
 template <int kRow>
 struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (198,864 B)
@@ -56,9 +55,8 @@ struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (19
   static constexpr bool kDkAcrossSteps = kRow == 1;  // at BM 80 ptxas serialises the wgmma (registers)
   static constexpr bool kDqArriveLate = false;
   static constexpr bool kUnmaskedOnly = kRow == 0;
-  static constexpr bool kTakesCausal = kRow == 0;
   static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;
-  static constexpr int kMinCausalQueries = kRow == 0 ? 4096 : 0;
+  static constexpr int kCausalFromQueries = kRow == 0 ? 4096 : 0;
 };
 
 template <int kRow>
@@ -68,9 +66,8 @@ struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
   static constexpr bool kUnmaskedOnly = kRow == 0;
-  static constexpr bool kTakesCausal = false;
   static constexpr int kMinQueries = 0;
-  static constexpr int kMinCausalQueries = 0;
+  static constexpr int kCausalFromQueries = 0;
 };
 
 template <int kHeadDim, int kRow = 0>

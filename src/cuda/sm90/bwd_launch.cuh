@@ -62,12 +62,12 @@ template <int kHeadDim, bool kIsBf16, int kRow>
 std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   using C = BwdConfig<kHeadDim, kRow>;
   using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
-  const bool own_mask = p.mask.none() || (C::kTakesCausal && passes_fit(kPassesCausal, p.mask, p.softcap));
-  if (C::kUnmaskedOnly && (!own_mask || p.softcap > 0.f || p.cu_seqlens_q != nullptr))
+  const bool causal_row = C::kCausalFromQueries > 0 && passes_fit(kPassesCausal, p.mask, p.softcap);
+  if (C::kUnmaskedOnly && (!(p.mask.none() || causal_row) || p.softcap > 0.f || p.cu_seqlens_q != nullptr))
     return "sm90 backward row " + std::to_string(kRow) + ": masked, softcap or varlen (its next row)";
-  if (C::kUnmaskedOnly && !p.mask.none() && p.seqlen_q < C::kMinCausalQueries)
+  if (C::kUnmaskedOnly && !p.mask.none() && p.seqlen_q < C::kCausalFromQueries)
     return "sm90 backward row " + std::to_string(kRow) + ": causal with fewer than " +
-           std::to_string(C::kMinCausalQueries) + " query rows (its next row)";
+           std::to_string(C::kCausalFromQueries) + " query rows (its next row)";
   if (p.seqlen_q < C::kMinQueries)
     return "sm90 backward row " + std::to_string(kRow) + ": fewer than " + std::to_string(C::kMinQueries) +
            " query rows (its next row)";
@@ -146,7 +146,7 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
   const int sm_count = multiprocessor_count();
   // Causal problems without a softcap: the instantiation with the causal mask as a constant
   // and no softcap pass (BwdKernel::kPasses; +2–3% at hdim 64, up to 2% at 128 and 256).
-  if constexpr (!C::kUnmaskedOnly || C::kTakesCausal) {
+  if constexpr (!C::kUnmaskedOnly || C::kCausalFromQueries > 0) {
     if (passes_fit(kPassesCausal, p.mask, p.softcap))
       return launch_bwd_kernel<BwdKernelFor<kHeadDim, kIsBf16, kRow, C, kPassesCausal>>(full, sm_count, stream);
   }

@@ -297,9 +297,12 @@ void mode_correct(const std::string& shapes_file) {
   shapes.push_back(shape("d64_dv128", 2, 77, 150, 2, 2, 64, 128));
   shapes.push_back(shape("d200", 1, 190, 260, 2, 1, 200, 200));
   shapes.push_back(shape("bh_over_64k", 2, 2, 3, 40000, 40000, 64, 64));
-  // Masked hdim-64 problems from 4096 query rows run the 192-row tiles: 4096 = 21·192 + 64, so
+  // Masked hdim-64 problems from 2048 query rows run the 192-row tiles: 4096 = 21·192 + 64, so
   // the last (the diagonal's longest) tile splits its keys over the warpgroups (consumer_split).
   shapes.push_back(shape("tail_d64", 1, 4096, 4096, 1, 1, 64, 64));
+  // From 2048 query rows too: 2048 = 10·192 + 128, so the last tile's third slice lies wholly
+  // past the sequence and its warpgroup sits the tile out (kTailIdle), under every mask.
+  shapes.push_back(shape("tail2_d64", 1, 2048, 2048, 1, 1, 64, 64));
   struct Feature {
     bool causal;
     int64_t wl, wr;

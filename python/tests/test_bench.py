@@ -87,3 +87,17 @@ def test_rounds_kept_in_rows(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert rows and all(len(r["ms_rounds"]) == 2 and min(r["ms_rounds"]) <= r["ms"] <= max(r["ms_rounds"])
                         for r in rows)
+
+
+def test_kernel_times_names_the_three_kernels():
+    # bench/kernel_times.py sorts profiler kernel names into the backward's three kernels; the
+    # names are the library's (demangled) kernel names, so a rename there shows up here.
+    spec = importlib.util.spec_from_file_location("kernel_times", ROOT / "bench" / "kernel_times.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.kernel_of("void fa::cuda::(anonymous namespace)::bwd_pre_kernel<true, false>(...)") == "pre"
+    assert mod.kernel_of("void fa::cuda::(anonymous namespace)::bwd_post_kernel<true, (DqAccumLayout)0>(...)") == "post"
+    assert mod.kernel_of("void fa::cuda::kernel_entry<fa::cuda::sm90::BwdKernel<128, 128, 64>>(...)") == "main"
+    assert mod.kernel_of("void at::native::vectorized_elementwise_kernel<4>(...)") is None
+    src = (ROOT / "src" / "cuda" / "sm80" / "bwd_pre_post.cu").read_text()
+    assert "bwd_pre_kernel" in src and "bwd_post_kernel" in src

@@ -4,8 +4,9 @@
 The grid's shape for a head dim and sequence length (16k tokens, model width 2048, as
 bench_attn.py), bf16. torch.profiler over --calls calls of the backward alone (the forward runs
 once, before): the preprocess (D and the zeroed dQ accumulator), the main kernel and the
-postprocess (dQ rounded), each as µs a call; then the whole call timed by CUDA events, so that
-what lies between the kernels (launches, gaps) shows as the difference.
+postprocess (dQ rounded), each as µs a call, and any other device work of the call; then the
+whole call timed by CUDA events, so that what lies between them (launches, gaps) shows as the
+difference.
 
     PYTHONPATH=python python3 bench/kernel_times.py --hdim 128 --seqlen 1024 --causal
 """
@@ -59,11 +60,15 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
     us = collections.defaultdict(float)
     names = {}
+    others = collections.defaultdict(float)
     for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
         short = kernel_of(e.key)
         if short is not None:
-            us[short] += getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+            us[short] += t
             names[short] = e.key
+        elif t > 0:  # any other device work of the call (copies, fills, autograd's kernels)
+            others[e.key] += t
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(a.calls):
@@ -76,7 +81,10 @@ def main(argv=None) -> int:
     for short, _ in KERNELS:
         if short in us:
             print(f"  {short:5s} {us[short] / a.calls:9.1f} us  {names[short][:100]}")
-    print(f"  kernels {sum(us.values()) / a.calls:7.1f} us, call {call_us:.1f} us (CUDA events)")
+    for key, t in sorted(others.items(), key=lambda kv: -kv[1]):
+        print(f"  other {t / a.calls:9.1f} us  {key[:100]}")
+    total = sum(us.values()) + sum(others.values())
+    print(f"  device work {total / a.calls:7.1f} us, call {call_us:.1f} us (CUDA events)")
     return 0
 
 

@@ -13,6 +13,7 @@ build to the first is printed per cell. Arguments after `--` go to bench_attn.py
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -23,6 +24,11 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent / "bench_attn.py"
 KEY = ("op", "dtype", "hdim", "causal", "seqlen", "deterministic")
+
+
+def library_digests(builds) -> dict:
+    """sha256 of each build's library, by name: the results file says which bytes ran."""
+    return {name: hashlib.sha256(Path(lib).read_bytes()).hexdigest() for name, lib in builds}
 
 
 def main(argv=None) -> int:
@@ -39,6 +45,11 @@ def main(argv=None) -> int:
     for name, lib in builds:
         if not Path(lib).is_file():
             p.error(f"build {name}: {lib} is not a file")
+    digests = library_digests(builds)
+    for name, digest in digests.items():
+        print(f"{name}: sha256 {digest[:16]}", flush=True)
+    if len(set(digests.values())) < len(digests):
+        print("warning: two builds are the same file (identical sha256)", flush=True)
 
     meta, rows, matmul = {}, [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,6 +68,7 @@ def main(argv=None) -> int:
     meta = {k: v for k, v in meta.items() if k not in ("notes", "matmul_bf16_tflops_end")}
     meta["matmul_bf16_tflops"] = max(m["start"] or 0 for m in matmul)
     meta["flashattn_library"] = ", ".join(f"{n}: {lib}" for n, lib in builds)
+    meta["library_sha256"] = digests
     meta["command"] = "bench/ab.py " + " ".join(argv)
     meta["note"] = a.note
     Path(a.json).write_text(json.dumps(dict(meta, matmul_runs=matmul, rows=rows), indent=1) + "\n")

@@ -101,3 +101,16 @@ def test_kernel_times_names_the_three_kernels():
     assert mod.kernel_of("void at::native::vectorized_elementwise_kernel<4>(...)") is None
     src = (ROOT / "src" / "cuda" / "sm80" / "bwd_pre_post.cu").read_text()
     assert "bwd_pre_kernel" in src and "bwd_post_kernel" in src
+
+
+def test_ab_names_the_bytes_of_each_build(tmp_path):
+    # bench/ab.py records each build's sha256, so that a results file says which library ran.
+    spec = importlib.util.spec_from_file_location("ab", ROOT / "bench" / "ab.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = tmp_path / "a.so", tmp_path / "b.so"
+    a.write_bytes(b"one")
+    b.write_bytes(b"two")
+    d = mod.library_digests([["base", str(a)], ["new", str(b)], ["same", str(a)]])
+    assert d["base"] == d["same"] != d["new"]
+    assert d["base"] == "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"

@@ -9,11 +9,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_attn", ROOT / "bench" / "bench_attn.py")
+def _bench_script(name):
+    """bench/<name>.py as a module (the bench scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench_module():
+    return _bench_script("bench_attn")
 
 
 def test_bench_driver_cpu_smoke(tmp_path, capsys):
@@ -92,9 +97,7 @@ def test_rounds_kept_in_rows(tmp_path):
 def test_kernel_times_names_the_three_kernels():
     # bench/kernel_times.py sorts profiler kernel names into the backward's three kernels; the
     # names are the library's (demangled) kernel names, so a rename there shows up here.
-    spec = importlib.util.spec_from_file_location("kernel_times", ROOT / "bench" / "kernel_times.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("kernel_times")
     assert mod.kernel_of("void fa::cuda::(anonymous namespace)::bwd_pre_kernel<true, false>(...)") == "pre"
     assert mod.kernel_of("void fa::cuda::(anonymous namespace)::bwd_post_kernel<true, (DqAccumLayout)0>(...)") == "post"
     assert mod.kernel_of("void fa::cuda::kernel_entry<fa::cuda::sm90::BwdKernel<128, 128, 64>>(...)") == "main"
@@ -105,9 +108,7 @@ def test_kernel_times_names_the_three_kernels():
 
 def test_ab_names_the_bytes_of_each_build(tmp_path):
     # bench/ab.py records each build's sha256, so that a results file says which library ran.
-    spec = importlib.util.spec_from_file_location("ab", ROOT / "bench" / "ab.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("ab")
     a, b = tmp_path / "a.so", tmp_path / "b.so"
     a.write_bytes(b"one")
     b.write_bytes(b"two")

@@ -88,6 +88,11 @@ struct BwdKernel {
   // rows past the queries have P = 0 (their LSE reads +inf).
   static constexpr int kPasses = kPasses_;
   static constexpr bool kUnmasked = kPasses == kPassesDense;
+  // Leading idle steps skipped (consumer): on the causal instantiation with 64-row q blocks
+  // against 128-key tiles, whose first q block lies wholly below the second warpgroup's keys.
+  // Elsewhere they are rare, and the loop cost the 80-row row and the general instantiation
+  // consumer spills (docs/PERF.md).
+  static constexpr bool kIdleSteps = kPasses == kPassesCausal && kBlockM == 64 && kBlockN == 128;
   // The problem's mask, or the one mask of the instantiation as a constant.
   __host__ __device__ __forceinline__ static fa::Mask mask_of(const sm80::BwdParams& p) {
     if constexpr (kPasses == kPassesAll) {
@@ -912,8 +917,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   // dSᵀ as A fragments: the dK GEMM of step s reads them until step s + 1 waits for it.
   uint32_t ds_frag[kKT][4];
   auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
-  // dK has had a GEMM in this tile (its first one zero-accumulates; an idle step has none).
-  bool dk_any = false;
 
   // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
   // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
@@ -967,7 +970,40 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     if (!kDqArriveLate) dq_tile_ready();
   };
 
-  for (int s = 0; s < w.steps; ++s) {
+  // Leading idle steps: no row of the step's q block sees a key of this warpgroup's 64 kv rows
+  // (the last row's keys end before them or the first row's begin after them, the mask's bounds
+  // being monotone in the row), or those rows lie past the keys; causal at hdim 128, the second
+  // warpgroup on a tile's first q block. Their P and dS are zero: no Sᵀ, dPᵀ, dV or dK GEMM,
+  // zeros for the dS panel, and this warpgroup's share of the dQ GEMM as ever. In a loop of
+  // their own before the others (no dK in flight yet): in the step loop, the same branch made
+  // ptxas serialise every wgmma of the causal instantiation (docs/PERF.md). kIdleSteps: where
+  // such steps come with every tile.
+  int s = 0;
+  if constexpr (kIdleSteps) {
+    for (; s < w.steps; ++s) {
+      const int q0 = step_qb(w, s) * kBlockM;
+      const int k_lo = w.kv0 + 64 * group, q_last = min(q0 + kBlockM, sq) - 1;
+      if (!(k_lo >= sk || mask.key_end(q_last, sq, sk) <= k_lo || mask.key_begin(q0, sq, sk) >= k_lo + 64)) break;
+      const int stage = static_cast<int>((ring + s) % kStages);
+      SmemBarrier{bars + kBarFull + stage}.wait(((ring + s) / kStages) & 1);
+      if (kDkAcrossSteps && s > 0) release_stage(bars, (ring + s - 1) % kStages);
+      if (kDqArriveLate && s > 0) dq_tile_ready();
+      // zeros for this warpgroup's dS panel (any order: no swizzle to follow)
+      uint4* panel = reinterpret_cast<uint4*>(smem + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes);
+#pragma unroll
+      for (int i = wtid; i < kDSPanelBytes / 16; i += kWarpGroupThreads) panel[i] = make_uint4(0, 0, 0, 0);
+      ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+      float acc_dq[kDqAccum];
+      issue_dq(s, acc_dq);
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(acc_dq);
+      store_dq(s, acc_dq);
+      if constexpr (!kDkAcrossSteps) release_stage(bars, stage);  // else the next step's, or the tile end's
+    }
+  }
+  const int s_first = s;  // the first step with dK GEMMs (its first one zero-accumulates)
+  for (; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
     const int h = w.hk * p.group + s / w.n_qb;
@@ -978,123 +1014,92 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
 
-    // An idle step: no row of the q block sees a key of this warpgroup's 64 kv rows (the last
-    // row's keys end before them or the first row's begin after them, the mask's bounds being
-    // monotone in the row), or those rows lie past the keys. Its P and dS are zero: no Sᵀ, dPᵀ,
-    // dV or dK GEMM, zeros for its dS panel, and its share of the dQ GEMM as ever (causal at
-    // hdim 128: the second warpgroup on the first q block of every tile).
-    bool idle = false;
-    if constexpr (!kUnmasked) {
-      const int k_lo = w.kv0 + 64 * group, q_last = min(q0 + kBlockM, sq) - 1;
-      idle = k_lo >= sk || mask.key_end(q_last, sq, sk) <= k_lo || mask.key_begin(q0, sq, sk) >= k_lo + 64;
-    }
     uint32_t p_frag[kKT][4];
     auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
-    if (!idle) {
-      // Sᵀ = K_wg·Qᵀ and dPᵀ = V_wg·dOᵀ   (m64 n=BM, k16 steps: 4 per 128-byte panel row, +32 B)
-      float st[kNT * 4];
-      float dpt[kNT * 4];
-      ptx::warpgroup_fence_operand(st);
-      ptx::warpgroup_fence_operand(dpt);
-      ptx::warpgroup_fence();
+    // Sᵀ = K_wg·Qᵀ and dPᵀ = V_wg·dOᵀ   (m64 n=BM, k16 steps: 4 per 128-byte panel row, +32 B)
+    float st[kNT * 4];
+    float dpt[kNT * 4];
+    ptx::warpgroup_fence_operand(st);
+    ptx::warpgroup_fence_operand(dpt);
+    ptx::warpgroup_fence();
 #pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
-        const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-        ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_wg, off, 16, 1024),
-                                                   ptx::make_smem_desc_sw128(sq_base, qoff, 16, 1024), kk > 0);
-      }
-      ptx::warpgroup_commit();
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
-        const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-        ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_wg, off, 16, 1024),
-                                                   ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
-      }
-      ptx::warpgroup_commit();
-      const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
-      float2 lse_pre[kLsePre];
-      read_lse_pre(lse_s, 0, lse_pre);
-      if constexpr (kDkAcrossSteps) {
-        // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
-        // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
-        ptx::warpgroup_wait<2>();
-        ptx::warpgroup_fence_operand(acc_dk);
-        ptx::warpgroup_fence_operand(ds_flat);
-        if (s > 0) release_stage(bars, (ring + s - 1) % kStages);
-      }
-      ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
-      ptx::warpgroup_fence_operand(st);
-      if (kDqArriveLate && s > 0) dq_tile_ready();  // the previous step's, its stores long done
-
-      const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
-      const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
-                             mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
-                             mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
-      probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, 0, w.kv0 + r0, full_tile);
-
-      // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          p_frag[kk][r] = pack2<kIsBf16>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
-          ds_frag[kk][r] = pack2<kIsBf16>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
-        }
-      }
-
-      // dV += Pᵀ·dO   (dO rows are q = the k dimension, D contiguous: MN-major, transpose bit;
-      // leading offset = bytes between 64-column panels; k16 step = 16 rows)
-      ptx::warpgroup_fence_operand(acc_dv);
-      ptx::warpgroup_fence_operand(p_flat);
-      ptx::warpgroup_fence();
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-        ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-            acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base, kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
-      }
-      ptx::warpgroup_commit();
-      stage_ds(s, ds_frag);
-    } else {
-      if constexpr (kDkAcrossSteps) {  // the previous step's dK: its stage is free once it landed
-        ptx::warpgroup_wait<0>();
-        ptx::warpgroup_fence_operand(acc_dk);
-        ptx::warpgroup_fence_operand(ds_flat);
-        if (s > 0) release_stage(bars, (ring + s - 1) % kStages);
-      }
-      if (kDqArriveLate && s > 0) dq_tile_ready();
-      // zeros for this warpgroup's dS panel (any order: no swizzle to follow)
-      uint4* panel = reinterpret_cast<uint4*>(smem + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes);
-#pragma unroll
-      for (int i = wtid; i < kDSPanelBytes / 16; i += kWarpGroupThreads) panel[i] = make_uint4(0, 0, 0, 0);
-      ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(k_wg, off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sq_base, qoff, 16, 1024), kk > 0);
     }
+    ptx::warpgroup_commit();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int off = (kk / 4) * kKVPanelBytes + (kk % 4) * 32;
+      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
+      ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0>(dpt, ptx::make_smem_desc_sw128(v_wg, off, 16, 1024),
+                                                 ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024), kk > 0);
+    }
+    ptx::warpgroup_commit();
+    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
+    float2 lse_pre[kLsePre];
+    read_lse_pre(lse_s, 0, lse_pre);
+    if constexpr (kDkAcrossSteps) {
+      // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
+      // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
+      ptx::warpgroup_wait<2>();
+      ptx::warpgroup_fence_operand(acc_dk);
+      ptx::warpgroup_fence_operand(ds_flat);
+      if (s > 0) release_stage(bars, (ring + s - 1) % kStages);
+    }
+    ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
+    ptx::warpgroup_fence_operand(st);
+    if (kDqArriveLate && s > 0) dq_tile_ready();  // the previous step's, its stores long done
+
+    const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
+    const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
+                           mask.key_begin(q0 + kBlockM - 1, sq, sk) <= w.kv0 &&
+                           mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
+    probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, 0, w.kv0 + r0, full_tile);
+
+    // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        p_frag[kk][r] = pack2<kIsBf16>(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        ds_frag[kk][r] = pack2<kIsBf16>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+    }
+
+    // dV += Pᵀ·dO   (dO rows are q = the k dimension, D contiguous: MN-major, transpose bit;
+    // leading offset = bytes between 64-column panels; k16 step = 16 rows)
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base, kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
+    }
+    ptx::warpgroup_commit();
+    stage_ds(s, ds_frag);
 
     float acc_dq[kDqAccum];
     issue_dq(s, acc_dq);
-    if (!idle) {
-      ptx::warpgroup_wait<1>();  // dV landed (p_frag free); dQ runs on
-      ptx::warpgroup_fence_operand(acc_dv);
-      ptx::warpgroup_fence_operand(p_flat);
+    ptx::warpgroup_wait<1>();  // dV landed (p_frag free); dQ runs on
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(p_flat);
 
-      // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step.
-      ptx::warpgroup_fence_operand(acc_dk);
-      ptx::warpgroup_fence_operand(ds_flat);
-      ptx::warpgroup_fence();
+    // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step.
+    ptx::warpgroup_fence_operand(acc_dk);
+    ptx::warpgroup_fence_operand(ds_flat);
+    ptx::warpgroup_fence();
 #pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-        ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
-            acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024),
-            dk_any || kk > 0);
-      }
-      ptx::warpgroup_commit();
-      dk_any = true;
-      ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
-    } else {
-      ptx::warpgroup_wait<0>();
+    for (int kk = 0; kk < kKT; ++kk) {
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024),
+          s > s_first || kk > 0);
     }
+    ptx::warpgroup_commit();
+    ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
     ptx::warpgroup_fence_operand(acc_dq);
     store_dq(s, acc_dq);
     if constexpr (!kDkAcrossSteps) {  // dK ran under the dQ store
@@ -1109,7 +1114,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
   if (kDkAcrossSteps && w.steps > 0) release_stage(bars, (ring + w.steps - 1) % kStages);  // its stage
-  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, dk_any, group, 64 * group, 0);
+  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, s_first < w.steps, group, 64 * group, 0);
 }
 
 // warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ

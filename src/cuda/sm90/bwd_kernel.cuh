@@ -93,6 +93,16 @@ struct BwdKernel {
   // Elsewhere they are rare, and the loop cost the 80-row row and the general instantiation
   // consumer spills (docs/PERF.md).
   static constexpr bool kIdleSteps = kPasses == kPassesCausal && kBlockM == 64 && kBlockN == 128;
+  // A consumer barrier (ds_ready, dq_empty) of the step loop. With kIdleSteps one warpgroup may
+  // meet it from the idle loop while the other is in the step loop: different instructions, so
+  // the unaligned form (compute-sanitizer's synccheck flags bar.sync there).
+  __device__ __forceinline__ static void consumer_sync(BwdBarrier id, int count) {
+    if constexpr (kIdleSteps) {
+      ptx::named_barrier_sync_unaligned(static_cast<int>(id), count);
+    } else {
+      ptx::named_barrier_sync(static_cast<int>(id), count);
+    }
+  }
   // The problem's mask, or the one mask of the instantiation as a constant.
   __host__ __device__ __forceinline__ static fa::Mask mask_of(const sm80::BwdParams& p) {
     if constexpr (kPasses == kPassesAll) {
@@ -933,7 +943,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     }
     // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+    consumer_sync(BwdBarrier::ds_ready, kConsumerThreads);
   };
   // dQ[dq_m0 .., dq_n0 ..] = dS·K   (dS K-major, k = kv over both panels; K rows are kv = the
   // k dimension, D contiguous: MN-major, transpose bit). Transposed: dQᵀ[dq_n0 .. +63, q] =
@@ -960,7 +970,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   // (store_dq_paired).
   const auto store_dq = [&](int s, const float (&acc_dq)[kDqAccum]) {
     if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
+      consumer_sync(BwdBarrier::dq_empty, kDqSyncThreads);
     if constexpr (kDqTransposed) {
       store_dq_transposed(smem + kOffDQ, acc_dq, dq_n0 + 16 * warp + g, t);
     } else {
@@ -993,7 +1003,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
 #pragma unroll
       for (int i = wtid; i < kDSPanelBytes / 16; i += kWarpGroupThreads) panel[i] = make_uint4(0, 0, 0, 0);
       ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
+      consumer_sync(BwdBarrier::ds_ready, kConsumerThreads);
       float acc_dq[kDqAccum];
       issue_dq(s, acc_dq);
       ptx::warpgroup_wait<0>();

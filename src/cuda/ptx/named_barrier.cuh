@@ -11,6 +11,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// barrier.sync id, count;   as bar.sync (which is barrier.sync.aligned: every thread meets at the
+// one instruction), for threads that meet from different instructions                (sm_70+)
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // bar.arrive id, count;   signal without waiting (producer side of a bar.sync)    (sm_70+)
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");

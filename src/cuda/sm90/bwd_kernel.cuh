@@ -88,6 +88,21 @@ struct BwdKernel {
   // rows past the queries have P = 0 (their LSE reads +inf).
   static constexpr int kPasses = kPasses_;
   static constexpr bool kUnmasked = kPasses == kPassesDense;
+  // Leading idle steps skipped (consumer): on the causal instantiation with 64-row q blocks
+  // against 128-key tiles, whose first q block lies wholly below the second warpgroup's keys.
+  // Elsewhere they are rare, and the loop cost the 80-row row and the general instantiation
+  // consumer spills (docs/PERF.md).
+  static constexpr bool kIdleSteps = kPasses == kPassesCausal && kBlockM == 64 && kBlockN == 128;
+  // A consumer barrier (ds_ready, dq_empty) of the step loop. With kIdleSteps one warpgroup may
+  // meet it from the idle loop while the other is in the step loop: different instructions, so
+  // the unaligned form (compute-sanitizer's synccheck flags bar.sync there).
+  __device__ __forceinline__ static void consumer_sync(BwdBarrier id, int count) {
+    if constexpr (kIdleSteps) {
+      ptx::named_barrier_sync_unaligned(static_cast<int>(id), count);
+    } else {
+      ptx::named_barrier_sync(static_cast<int>(id), count);
+    }
+  }
   // The problem's mask, or the one mask of the instantiation as a constant.
   __host__ __device__ __forceinline__ static fa::Mask mask_of(const sm80::BwdParams& p) {
     if constexpr (kPasses == kPassesAll) {
@@ -343,15 +358,17 @@ struct BwdKernel {
                                                           uint64_t* bars, const Steps& w, int tile, uint32_t ring);
   template <int kN>
   __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
-                                                    const float (&acc_dv)[kN], int r0, int col0, int t);
+                                                    const float (&acc_dv)[kN], bool dk_any, int r0, int col0, int t);
   template <int kN>
   __device__ __forceinline__ static void store_dkdv_tma(const Params& params, uint32_t smem_base, char* smem,
                                                         const Steps& w, const float (&acc_dk)[kN],
-                                                        const float (&acc_dv)[kN], int group, int row0, int col0);
+                                                        const float (&acc_dv)[kN], bool dk_any, int group, int row0,
+                                                        int col0);
   template <int kN>
   __device__ __forceinline__ static void epilogue(const Params& params, uint32_t smem_base, char* smem,
                                                   uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
-                                                  const float (&acc_dv)[kN], int group, int row0, int col0);
+                                                  const float (&acc_dv)[kN], bool dk_any, int group, int row0,
+                                                  int col0);
   // warp:: scope. A warp's 16 rows of an m64 x kN fp32 accumulator (this thread: rows g, g + 8
   // from `row`, columns 8i + 2t (+1)) into 32-column panels of 128-byte rows, `panel_bytes`
   // apart, 16-byte chunks swizzled by row % 8 (= g), in the paired column order of dQ_accum
@@ -689,16 +706,15 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
 
 // The epilogue of both consumers: dK = scale · Σ dSᵀ·Q and dV = Σ Pᵀ·dO of this thread's
 // accumulators (m64 layout, t = lane % 4: kv rows r0, r0 + 8 of the block; columns col0 + 8i +
-// 2t (+1)), rounded to the storage type, 4-byte stores. A block no query sees (no step) writes
-// zeros: dK starts from its first GEMM's flag in both consumers, dV only in split-D (consumer
-// zeroes it).
+// 2t (+1)), rounded to the storage type, 4-byte stores. dK rows no query of the tile sees
+// (dk_any false: no GEMM of theirs ran) are zeros: dK starts from its first GEMM's flag in both
+// consumers; dV too in split-D (consumer zeroes it at the tile's start).
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::store_dkdv(const sm80::BwdParams& p,
                                                                              const Steps& w, const float (&acc_dk)[kN],
-                                                                             const float (&acc_dv)[kN], int r0,
-                                                                             int col0, int t) {
-  const bool any = w.steps > 0;
+                                                                             const float (&acc_dv)[kN], bool dk_any,
+                                                                             int r0, int col0, int t) {
   T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
           w.hk * p.dk_head_stride;
   T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
@@ -712,10 +728,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::sto
       const int col = col0 + 8 * i + 2 * t;
       if (col < p.head_dim)
         *reinterpret_cast<uint32_t*>(dk + r * p.dk_row_stride + col) =
-            any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
+            dk_any ? pack2<kIsBf16>(acc_dk[4 * i + 2 * hh] * p.scale, acc_dk[4 * i + 2 * hh + 1] * p.scale) : 0u;
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
-            any || !kSplitD ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
+            dk_any || !kSplitD ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
     }
   }
 }
@@ -730,13 +746,13 @@ template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::store_dkdv_tma(
     const Params& params, uint32_t smem_base, char* smem, const Steps& w, const float (&acc_dk)[kN],
-    const float (&acc_dv)[kN], int group, int row0, int col0) {
+    const float (&acc_dv)[kN], bool dk_any, int group, int row0, int col0) {
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   constexpr int kCols = 2 * kN;
   const int first = col0 / kPanelCols;  // this warpgroup's first panel
   const int offset = first * kKVPanelBytes + row0 * kRowBytes;
-  const bool none = w.steps == 0;
+  const bool none = !dk_any;
   const float dk_mul[2] = {p.scale, p.scale};
   const float dv_mul[2] = {1.f, 1.f};
   warpgroup_stage_sw128<kIsBf16, kCols>(smem_base + kOffDk + offset, kKVPanelBytes, acc_dk, dk_mul, none);
@@ -768,7 +784,7 @@ template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epilogue(
     const Params& params, uint32_t smem_base, char* smem, uint64_t* bars, const Steps& w, const float (&acc_dk)[kN],
-    const float (&acc_dv)[kN], int group, int row0, int col0) {
+    const float (&acc_dv)[kN], bool dk_any, int group, int row0, int col0) {
   const bool tma = params.dkdv_by_tma != 0;
   const bool lead = threadIdx.x == kWarpGroupThreads;  // the first consumer thread
   ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
@@ -777,13 +793,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epi
   // needs no wait).
   if (kDvOverDq && w.steps > 0) ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   if (tma) {
-    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, group, row0, col0);
+    store_dkdv_tma(params, smem_base, smem, w, acc_dk, acc_dv, dk_any, group, row0, col0);
     ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
     if (lead && kSplitD) SmemBarrier{bars + kBarKvEmpty}.arrive();
   } else {
     const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
     // this thread's rows: row0 + 16·warp + g (+ 8), columns col0 + 8i + 2t (+ 1)
-    store_dkdv(params.prob, w, acc_dk, acc_dv, row0 + 16 * (tid / 32) + tid % 32 / 4, col0, tid % 4);
+    store_dkdv(params.prob, w, acc_dk, acc_dv, dk_any, row0 + 16 * (tid / 32) + tid % 32 / 4, col0, tid % 4);
   }
 }
 
@@ -912,7 +928,92 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   uint32_t ds_frag[kKT][4];
   auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 
-  for (int s = 0; s < w.steps; ++s) {
+  // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
+  // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
+  // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so it had waited
+  // for its dQ GEMM of step s − 2. Then both warpgroups' panels are complete (ds_ready).
+  const auto stage_ds = [&](int s, const uint32_t (&frag)[kKT][4]) {
+    const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
+    const int j = lane / 8;
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
+      const int chunk = 2 * warp + (j & 1);
+      ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), frag[kk]);
+    }
+    // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+    consumer_sync(BwdBarrier::ds_ready, kConsumerThreads);
+  };
+  // dQ[dq_m0 .., dq_n0 ..] = dS·K   (dS K-major, k = kv over both panels; K rows are kv = the
+  // k dimension, D contiguous: MN-major, transpose bit). Transposed: dQᵀ[dq_n0 .. +63, q] =
+  // Kᵀ·dSᵀ, the same two operands as A = Kᵀ (MN-major, transpose bit) and B = dS (K-major).
+  const auto issue_dq = [&](int s, float (&acc_dq)[kDqAccum]) {
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence();
+    const uint32_t ds_base = smem_base + kOffDS + (s & 1) * kDSBytes + dq_m0 * kRowBytes;
+    const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t dds = ptx::make_smem_desc_sw128(ds_base, (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
+      const uint64_t dk = ptx::make_smem_desc_sw128(k_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+      if constexpr (kDqTransposed) {
+        ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0, 1>(acc_dq, dk, dds, kk > 0);
+      } else {
+        ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, dds, dk, kk > 0);
+      }
+    }
+    ptx::warpgroup_commit();
+  };
+  // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
+  // it has read the previous one: 32-column panels in the accumulator's paired order
+  // (store_dq_paired).
+  const auto store_dq = [&](int s, const float (&acc_dq)[kDqAccum]) {
+    if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
+      consumer_sync(BwdBarrier::dq_empty, kDqSyncThreads);
+    if constexpr (kDqTransposed) {
+      store_dq_transposed(smem + kOffDQ, acc_dq, dq_n0 + 16 * warp + g, t);
+    } else {
+      store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
+                            kDqPanelBytes, acc_dq, g, t);
+    }
+    if (!kDqArriveLate) dq_tile_ready();
+  };
+
+  // Leading idle steps: no row of the step's q block sees a key of this warpgroup's 64 kv rows
+  // (the last row's keys end before them or the first row's begin after them, the mask's bounds
+  // being monotone in the row), or those rows lie past the keys; causal at hdim 128, the second
+  // warpgroup on a tile's first q block. Their P and dS are zero: no Sᵀ, dPᵀ, dV or dK GEMM,
+  // zeros for the dS panel, and this warpgroup's share of the dQ GEMM as ever. In a loop of
+  // their own before the others (no dK in flight yet): in the step loop, the same branch made
+  // ptxas serialise every wgmma of the causal instantiation (docs/PERF.md). kIdleSteps: where
+  // such steps come with every tile.
+  int s = 0;
+  if constexpr (kIdleSteps) {
+    for (; s < w.steps; ++s) {
+      const int q0 = step_qb(w, s) * kBlockM;
+      const int k_lo = w.kv0 + 64 * group, q_last = min(q0 + kBlockM, sq) - 1;
+      if (!(k_lo >= sk || mask.key_end(q_last, sq, sk) <= k_lo || mask.key_begin(q0, sq, sk) >= k_lo + 64)) break;
+      const int stage = static_cast<int>((ring + s) % kStages);
+      SmemBarrier{bars + kBarFull + stage}.wait(((ring + s) / kStages) & 1);
+      if (kDkAcrossSteps && s > 0) release_stage(bars, (ring + s - 1) % kStages);
+      if (kDqArriveLate && s > 0) dq_tile_ready();
+      // zeros for this warpgroup's dS panel (any order: no swizzle to follow)
+      uint4* panel = reinterpret_cast<uint4*>(smem + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes);
+#pragma unroll
+      for (int i = wtid; i < kDSPanelBytes / 16; i += kWarpGroupThreads) panel[i] = make_uint4(0, 0, 0, 0);
+      ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
+      consumer_sync(BwdBarrier::ds_ready, kConsumerThreads);
+      float acc_dq[kDqAccum];
+      issue_dq(s, acc_dq);
+      ptx::warpgroup_wait<0>();
+      ptx::warpgroup_fence_operand(acc_dq);
+      store_dq(s, acc_dq);
+      if constexpr (!kDkAcrossSteps) release_stage(bars, stage);  // else the next step's, or the tile end's
+    }
+  }
+  const int s_first = s;  // the first step with dK GEMMs (its first one zero-accumulates)
+  for (; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
     const int h = w.hk * p.group + s / w.n_qb;
@@ -923,6 +1024,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
     full.wait(phase);
 
+    uint32_t p_frag[kKT][4];
+    auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
     // Sᵀ = K_wg·Qᵀ and dPᵀ = V_wg·dOᵀ   (m64 n=BM, k16 steps: 4 per 128-byte panel row, +32 B)
     float st[kNT * 4];
     float dpt[kNT * 4];
@@ -967,7 +1070,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, 0, w.kv0 + r0, full_tile);
 
     // Pᵀ, dSᵀ as A fragments: k16 step kk takes n8 chunks 2kk and 2kk + 1.
-    uint32_t p_frag[kKT][4];
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
 #pragma unroll
@@ -976,7 +1078,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
         ds_frag[kk][r] = pack2<kIsBf16>(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
       }
     }
-    auto& p_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(p_frag);
 
     // dV += Pᵀ·dO   (dO rows are q = the k dimension, D contiguous: MN-major, transpose bit;
     // leading offset = bytes between 64-column panels; k16 step = 16 rows)
@@ -989,46 +1090,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
           acc_dv, p_frag[kk], ptx::make_smem_desc_sw128(sdo_base, kk * 16 * kRowBytes, kQPanelBytes, 1024), 1);
     }
     ptx::warpgroup_commit();
+    stage_ds(s, ds_frag);
 
-    // dS [q][kv] into panel `group` of buffer s % 2, transposed by stmatrix: matrix j of step
-    // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
-    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so it had waited
-    // for its dQ GEMM of step s − 2.
-    {
-      const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
-      const int j = lane / 8;
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-        const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
-        const int chunk = 2 * warp + (j & 1);
-        ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), ds_frag[kk]);
-      }
-    }
-    // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
-
-    // dQ[dq_m0 .., dq_n0 ..] = dS·K   (dS K-major, k = kv over both panels; K rows are kv = the
-    // k dimension, D contiguous: MN-major, transpose bit). Transposed: dQᵀ[dq_n0 .. +63, q] =
-    // Kᵀ·dSᵀ, the same two operands as A = Kᵀ (MN-major, transpose bit) and B = dS (K-major).
     float acc_dq[kDqAccum];
-    ptx::warpgroup_fence_operand(acc_dq);
-    ptx::warpgroup_fence();
-    {
-      const uint32_t ds_base = smem_base + kOffDS + (s & 1) * kDSBytes + dq_m0 * kRowBytes;
-      const uint32_t k_base = smem_base + kOffK + (dq_n0 / kPanelCols) * kKVPanelBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dds = ptx::make_smem_desc_sw128(ds_base, (kk / 4) * kDSPanelBytes + (kk % 4) * 32, 16, 1024);
-        const uint64_t dk = ptx::make_smem_desc_sw128(k_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
-        if constexpr (kDqTransposed) {
-          ptx::warpgroup_mma_ss<kBlockM, kIsBf16, 0, 1>(acc_dq, dk, dds, kk > 0);
-        } else {
-          ptx::warpgroup_mma_ss<kDqN, kIsBf16, 1>(acc_dq, dds, dk, kk > 0);
-        }
-      }
-    }
-    ptx::warpgroup_commit();
+    issue_dq(s, acc_dq);
     ptx::warpgroup_wait<1>();  // dV landed (p_frag free); dQ runs on
     ptx::warpgroup_fence_operand(acc_dv);
     ptx::warpgroup_fence_operand(p_flat);
@@ -1041,24 +1106,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     for (int kk = 0; kk < kKT; ++kk) {
       ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
           acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024),
-          s > 0 || kk > 0);
+          s > s_first || kk > 0);
     }
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
     ptx::warpgroup_fence_operand(acc_dq);
-
-    // The dQ tile into shared memory for the writer warp (dQ = scale · dQ_accum, later), once
-    // it has read the previous one: 32-column panels in the accumulator's paired order
-    // (store_dq_paired).
-    if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
-      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-    if constexpr (kDqTransposed) {
-      store_dq_transposed(smem + kOffDQ, acc_dq, dq_n0 + 16 * warp + g, t);
-    } else {
-      store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
-                            kDqPanelBytes, acc_dq, g, t);
-    }
-    if (!kDqArriveLate) dq_tile_ready();
+    store_dq(s, acc_dq);
     if constexpr (!kDkAcrossSteps) {  // dK ran under the dQ store
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(acc_dk);
@@ -1071,7 +1124,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);
   if (kDkAcrossSteps && w.steps > 0) release_stage(bars, (ring + w.steps - 1) % kStages);  // its stage
-  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, group, 64 * group, 0);
+  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, s_first < w.steps, group, 64 * group, 0);
 }
 
 // warpgroup:: scope, split-D (head dim 256, 64 x 64 blocks). Warpgroup `group` owns dK, dV and dQ
@@ -1235,7 +1288,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   ptx::warpgroup_wait<0>();  // the last step's dV, dK
   ptx::warpgroup_fence_operand(acc_dv);
   ptx::warpgroup_fence_operand(acc_dk);
-  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, group, 0, d0);
+  epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, w.steps > 0, group, 0, d0);
 }
 
 }  // namespace fa::cuda::sm90

@@ -54,6 +54,17 @@ int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
   return row.dq_layout == sm80::DqAccumLayout::kTiled ? rows_q + p.batch * row.block_m : rows_q;
 }
 
+// Whether the main kernel stores each q block's first dQ tile rather than adding it into a zeroed
+// accumulator (BwdParams::dq_first_stored): the deterministic mode on the sm90 kernels (the paired
+// and plain layouts), whose order names the first turn, on dense problems, whose tensor map clips
+// a q block's tile at its sequence's end (a varlen tile would run into the next sequence's rows,
+// where adding zeros is harmless and storing them is not), of at most 1024 query rows. It takes
+// the zeroing's write of the accumulator out of the preprocess: +2-12% there; from 2048 rows the
+// turns' hand-over waits on the stores and it lost 1-5% (docs/PERF.md).
+bool stores_first_dq(const Problem& p, const BwdKernelRow& row) {
+  return p.deterministic && row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen() && p.seqlen_q <= 1024;
+}
+
 // Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
 // counters, zeroed by the preprocess: the tile counter of persistent kernels, then, deterministic
 // only, [B, Hq, q blocks]. Each region 256-byte aligned.
@@ -208,9 +219,11 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
   params.tile_counter = reinterpret_cast<int*>(ws + l.counters);
   params.locks = p.deterministic ? params.tile_counter + 1 : nullptr;
+  params.dq_first_stored = stores_first_dq(p, row) ? 1 : 0;
   params.zero_ints = l.counter_ints;
 
-  // D = rowsum(dO∘O), dQ_accum = 0 and the counters = 0; then dK, dV and dQ_accum; then dQ.
+  // D = rowsum(dO∘O), the counters = 0 and dQ_accum = 0 (unless the main kernel stores first);
+  // then dK, dV and dQ_accum; then dQ.
   if (any_q) {
     bwd_pre_launch(params, bf16, stream);
   } else {

@@ -63,6 +63,10 @@ struct BwdParams {
   int dq_tile_rows, dq_tile_warps_m;  // kTiled: sm80/dq_tile.h's rows and warps_m
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
   int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
+  // 1: the deterministic mode on an sm90 kernel (launch/bwd.cu says where): dQ_accum is not
+  // zeroed, the first turn of each (query head, q block) stores its dQ tile and the later turns
+  // add theirs; the postprocess writes dQ = 0 where a block's lock is still 0 (no tile reached it).
+  int dq_first_stored;
   int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed
   // The preprocess zeroes zero_ints ints from tile_counter: the counter, then the locks where
   // there are any (one region, launch/bwd.cu).

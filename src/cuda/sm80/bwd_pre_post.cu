@@ -54,8 +54,9 @@ __device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t 
 // many and short (docs/PERF.md, sm90 backward section, the end).
 constexpr int kGroupsInFlight = 4;
 
-// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); all of dQ_accum (whatever its layout)
-// and the workspace's counters (p.zero_ints from the tile counter: it, then the locks) = 0.
+// D[row, h] = sum_d dO[row, h, d] · O[row, h, d] (fp32); the workspace's counters (p.zero_ints
+// from the tile counter: it, then the locks) = 0, and all of dQ_accum (whatever its layout)
+// unless the main kernel stores each q block's first tile (p.dq_first_stored).
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
                                                               int lanes_per_row) {
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   const int col = lane_in_row * 8;
   for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < p.zero_ints; i += int64_t(gridDim.x) * kRowThreads)
     p.tile_counter[i] = 0;
-  const int64_t accum4 = int64_t(p.heads_q) * p.dq_accum_rows * p.dq_accum_pitch / 4;  // pitch % 4 == 0
+  const int64_t accum4 =
+      p.dq_first_stored ? 0 : int64_t(p.heads_q) * p.dq_accum_rows * p.dq_accum_pitch / 4;  // pitch % 4 == 0
   for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < accum4; i += int64_t(gridDim.x) * kRowThreads)
     reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The loop bound is block-uniform so that every lane reaches the shuffles below.
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
   }
 }
 
-// dQ[row, h, :] = scale · dQ_accum of (row, h), rounded to the storage type, from either layout
+// dQ[row, h, :] = scale · dQ_accum of (row, h) (0 where p.dq_first_stored and no tile stored its
+// q block), rounded to the storage type, from either layout
 // (BwdParams::dq_accum_layout). Each lane reads 8 columns: kPaired, columns 16J + 8h + 2t + e of
 // a 32-column group as 4 float2 from 8t + 4J + 2h (the 4 lanes of a group read its 128 bytes
 // together); kPlain, its 32 bytes; kTiled, 32 contiguous bytes of the row's q-block tile
@@ -135,6 +138,13 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
       const float* head = p.dq_accum + int64_t(t.h) * p.dq_accum_rows * p.dq_accum_pitch;
       float4& x = xs[u];
       float4& y = ys[u];
+      if (p.dq_first_stored) {  // dense: a q block no tile reached holds no stored value
+        const int64_t b = t.row / p.seqlen_q, qb = t.row % p.seqlen_q / p.dq_tile_rows;
+        if (p.locks[(b * p.heads_q + t.h) * p.num_q_blocks + qb] == 0) {
+          x = y = make_float4(0.f, 0.f, 0.f, 0.f);
+          continue;
+        }
+      }
       if constexpr (kLayout == DqAccumLayout::kPaired) {
         const float* g = head + t.row * p.dq_accum_pitch + col / 32 * 32 + (col % 32) / 8 % 2 * 2 + (col % 32) / 16 * 4;
         const float2 a0 = *reinterpret_cast<const float2*>(g), a1 = *reinterpret_cast<const float2*>(g + 8);

@@ -651,7 +651,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
 // goes over the dQ tile, else as they leave; split-D: release the stage it was written into)
 // once read. Deterministic mode: the tiles of one (query head, q block) are added in descending
 // kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and releases it
-// once its own addition is complete.
+// once its own addition is complete; with p.dq_first_stored (dQ_accum not zeroed) the first
+// turn stores its tile rather than adding it.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_writer(const Params& params, char* smem,
                                                                        uint64_t* bars) {
@@ -674,17 +675,22 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
       }
       int* lock = nullptr;
       if (lane == 0) {
+        bool store = false;
         if (p.locks != nullptr) {
           lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
           const int expected = dq_turn(p, params.rotated != 0, w, q0);
           while (ptx::ld_acquire_gpu(lock) < expected) {
           }
-          cp::fence_proxy_async(cp::space_global);  // the reductions below come after the acquire
+          store = p.dq_first_stored != 0 && expected == 0;
+          cp::fence_proxy_async(cp::space_global);  // the writes below come after the acquire
         }
         for (int c = 0; c < kDqPanels; ++c) {
           const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
-          cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords,
-                                          smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes));
+          char* tile = smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes);
+          if (store)
+            cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dq, coords, tile);
+          else
+            cp::cp_reduce_async_bulk_tensor(cp::space_global, cp::space_shared, cp::op_add, &params.tm_dq, coords, tile);
         }
         cp::cp_async_bulk_commit_group();
         cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
@@ -692,7 +698,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
       }
       __syncwarp();
       if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-      // Deterministic mode: the next CTA in this q block's order may add once these additions are
+      // Deterministic mode: the next CTA in this q block's order may add once these writes are
       // complete in global memory; the buffer went back to the consumers at their read already.
       if (lock != nullptr) {
         cp::cp_async_bulk_wait_group(cp::n32_t<0>{});

@@ -7,6 +7,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/fast_div.h"
 #include "cuda/sm80/bwd_pre_post.h"
 #include "cuda/sm80/dq_tile.h"
 
@@ -24,28 +25,42 @@ constexpr int kRowThreads = 256;  // a memory-bound kernel: any full-occupancy b
 struct RowTask {
   int64_t row;  // packed row: b·Sq + s, or the varlen row
   int h;
+  int64_t b, s;  // dense: the row's sequence and position in it (varlen: 0, row)
   int64_t lse_index;
 };
 
-__device__ __forceinline__ RowTask row_task(const sm80::BwdParams& p, int64_t task) {
+// The divisors of a task index, fixed at launch: a 64-bit `/` is a call of some 70 instructions,
+// which left both kernels issue-bound (docs/PERF.md, sm90 backward section).
+struct RowDivs {
+  FastDiv heads;   // task -> (row, h)
+  FastDiv seqlen;  // dense row -> (b, s)
+};
+
+RowDivs row_divs(const sm80::BwdParams& p) {
+  return {FastDiv(uint64_t(p.heads_q)), FastDiv(uint64_t(p.seqlen_q > 0 ? p.seqlen_q : 1))};
+}
+
+__device__ __forceinline__ RowTask row_task(const sm80::BwdParams& p, const RowDivs& divs, int64_t task) {
   RowTask t;
-  t.h = static_cast<int>(task % p.heads_q);
-  t.row = task / p.heads_q;
+  int64_t h;
+  t.row = divs.heads.divmod(task, &h);
+  t.h = static_cast<int>(h);
   if (p.cu_seqlens_q != nullptr) {
-    t.lse_index = int64_t(t.h) * p.total_q + t.row;
+    t.b = 0;
+    t.s = t.row;
+    t.lse_index = h * p.total_q + t.row;
   } else {
-    const int64_t b = t.row / p.seqlen_q, s = t.row % p.seqlen_q;
-    t.lse_index = (b * p.heads_q + t.h) * p.seqlen_q + s;
+    t.b = divs.seqlen.divmod(t.row, &t.s);
+    t.lse_index = (t.b * p.heads_q + h) * p.seqlen_q + t.s;
   }
   return t;
 }
 
-// Element offset of (row, head) in a [B, S, H, D] tensor with batch stride bs (0 for varlen).
-__device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, int64_t row, int h,
+// Element offset of task t's (row, head) in a [B, S, H, D] tensor with batch stride bs.
+__device__ __forceinline__ int64_t row_offset(const sm80::BwdParams& p, const RowTask& t,
                                               int64_t bs, int64_t rs, int64_t hs) {
-  if (p.cu_seqlens_q != nullptr) return row * rs + h * hs;
-  const int64_t b = row / p.seqlen_q, s = row % p.seqlen_q;
-  return b * bs + s * rs + h * hs;
+  if (p.cu_seqlens_q != nullptr) return t.row * rs + t.h * hs;
+  return t.b * bs + t.s * rs + t.h * hs;
 }
 
 // Both row kernels take kGroupsInFlight groups of rows_per_block tasks a block at a time, every
@@ -59,7 +74,7 @@ constexpr int kGroupsInFlight = 4;
 // unless the main kernel stores each q block's first tile (p.dq_first_stored).
 template <bool kIsBf16>
 __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_constant__ sm80::BwdParams p,
-                                                              int lanes_per_row) {
+                                                              const RowDivs divs, int lanes_per_row) {
   using T = typename Storage<kIsBf16>::type;
   const int lane_in_row = threadIdx.x % lanes_per_row;
   const int rows_per_block = kRowThreads / lanes_per_row;
@@ -79,15 +94,15 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
 #pragma unroll
     for (int u = 0; u < kGroupsInFlight; ++u) {
       const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
-      const RowTask t = row_task(p, task < tasks ? task : 0);
+      const RowTask t = row_task(p, divs, task < tasks ? task : 0);
       at[u] = task < tasks ? t.lse_index : -1;
       ov[u] = dv[u] = make_uint4(0, 0, 0, 0);
       if (task < tasks && col < p.head_dim_v) {
         ov[u] = *reinterpret_cast<const uint4*>(
-            static_cast<const T*>(p.o) + row_offset(p, t.row, t.h, p.o_batch_stride, p.o_row_stride, p.o_head_stride) +
+            static_cast<const T*>(p.o) + row_offset(p, t, p.o_batch_stride, p.o_row_stride, p.o_head_stride) +
             col);
         dv[u] = *reinterpret_cast<const uint4*>(
-            static_cast<const T*>(p.dout) + row_offset(p, t.row, t.h, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
+            static_cast<const T*>(p.dout) + row_offset(p, t, p.do_batch_stride, p.do_row_stride, p.do_head_stride) +
             col);
       }
     }
@@ -116,7 +131,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_pre_kernel(const __grid_const
 // (sm80/dq_tile.h).
 template <bool kIsBf16, DqAccumLayout kLayout>
 __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_constant__ sm80::BwdParams p,
-                                                               int lanes_per_row) {
+                                                               const RowDivs divs, int lanes_per_row) {
   using T = typename Storage<kIsBf16>::type;
   const int lane_in_row = threadIdx.x % lanes_per_row;
   const int rows_per_block = kRowThreads / lanes_per_row;
@@ -133,14 +148,14 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
       const int64_t task = base + u * rows_per_block + threadIdx.x / lanes_per_row;
       dq_at[u] = -1;
       if (task >= tasks) continue;
-      const RowTask t = row_task(p, task);
-      dq_at[u] = row_offset(p, t.row, t.h, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
+      const RowTask t = row_task(p, divs, task);
+      dq_at[u] = row_offset(p, t, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride) + col;
       const float* head = p.dq_accum + int64_t(t.h) * p.dq_accum_rows * p.dq_accum_pitch;
       float4& x = xs[u];
       float4& y = ys[u];
       if (p.dq_first_stored) {  // dense: a q block no tile reached holds no stored value
-        const int64_t b = t.row / p.seqlen_q, qb = t.row % p.seqlen_q / p.dq_tile_rows;
-        if (p.locks[(b * p.heads_q + t.h) * p.num_q_blocks + qb] == 0) {
+        const int qb = static_cast<int>(t.s) / p.dq_tile_rows;
+        if (p.locks[(t.b * p.heads_q + t.h) * p.num_q_blocks + qb] == 0) {
           x = y = make_float4(0.f, 0.f, 0.f, 0.f);
           continue;
         }
@@ -167,10 +182,10 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
           b = lo;
           s = t.row - p.cu_seqlens_q[lo];
         } else {
-          b = t.row / p.seqlen_q;
-          s = t.row % p.seqlen_q;
+          b = t.b;
+          s = t.s;
         }
-        const int r = int(s % tile.rows);
+        const int r = static_cast<int>(s) % tile.rows;
         const float4* a = reinterpret_cast<const float4*>(head + (t.row - r + b * tile.rows) * p.dq_accum_pitch +
                                                           tile.offset(r, col));
         x = a[0];
@@ -213,9 +228,9 @@ void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const unsigned blocks = row_blocks(p, lanes);
   if (blocks == 0) return;
   if (bf16)
-    bwd_pre_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+    bwd_pre_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, row_divs(p), lanes);
   else
-    bwd_pre_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+    bwd_pre_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, row_divs(p), lanes);
   check_launch("bwd_pre_kernel");
 }
 
@@ -227,7 +242,7 @@ void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
   const auto kernel = p.dq_accum_layout == kPaired  ? (bf16 ? &bwd_post_kernel<true, kPaired> : &bwd_post_kernel<false, kPaired>)
                       : p.dq_accum_layout == kPlain ? (bf16 ? &bwd_post_kernel<true, kPlain> : &bwd_post_kernel<false, kPlain>)
                                                     : (bf16 ? &bwd_post_kernel<true, kTiled> : &bwd_post_kernel<false, kTiled>);
-  kernel<<<blocks, kRowThreads, 0, stream>>>(p, lanes);
+  kernel<<<blocks, kRowThreads, 0, stream>>>(p, row_divs(p), lanes);
   check_launch("bwd_post_kernel");
 }
 

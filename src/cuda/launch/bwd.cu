@@ -54,20 +54,36 @@ int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
   return row.dq_layout == sm80::DqAccumLayout::kTiled ? rows_q + p.batch * row.block_m : rows_q;
 }
 
+// Whether the main kernel adds the dQ tiles of each q block in a fixed order (BwdParams::locks):
+// always in the deterministic mode; in the default mode on the sm90 kernels where that order's
+// first tile stored (stores_first_dq) outweighs its turns' waits. Measured on the H200 against
+// the unordered reduction (docs/PERF.md, sm90 backward section): dense causal problems of at most
+// 512 queries and keys, +3 to +8% at head dims 128 and 256, +14 to +20% at 64; at head dim 64
+// causal up to 1024 (+5%) and unmasked at 512 (+4%). Everywhere else it lost 1 to 12%. The
+// default mode's results are then reproducible too.
+bool orders_dq(const Problem& p, const BwdKernelRow& row) {
+  if (p.deterministic) return true;
+  if (row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;
+  const int64_t len = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;
+  const bool causal = p.mask.left < 0 && p.mask.right == 0;
+  if (row.head_dim <= 64) return causal ? len <= 1024 : p.mask.none() && len <= 512;
+  return causal && len <= 512;
+}
+
 // Whether the main kernel stores each q block's first dQ tile rather than adding it into a zeroed
-// accumulator (BwdParams::dq_first_stored): the deterministic mode on the sm90 kernels (the paired
-// and plain layouts), whose order names the first turn, on dense problems, whose tensor map clips
-// a q block's tile at its sequence's end (a varlen tile would run into the next sequence's rows,
-// where adding zeros is harmless and storing them is not), of at most 1024 query rows. It takes
-// the zeroing's write of the accumulator out of the preprocess: +2-12% there; from 2048 rows the
-// turns' hand-over waits on the stores and it lost 1-5% (docs/PERF.md).
+// accumulator (BwdParams::dq_first_stored): the ordered reduction (orders_dq) on the sm90 kernels
+// (the paired and plain layouts), whose order names the first turn, on dense problems, whose
+// tensor map clips a q block's tile at its sequence's end (a varlen tile would run into the next
+// sequence's rows, where adding zeros is harmless and storing them is not), of at most 1024 query
+// rows. It takes the zeroing's write of the accumulator out of the preprocess: +2-12% there; from
+// 2048 rows the turns' hand-over waits on the stores and it lost 1-5% (docs/PERF.md).
 bool stores_first_dq(const Problem& p, const BwdKernelRow& row) {
-  return p.deterministic && row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen() && p.seqlen_q <= 1024;
+  return orders_dq(p, row) && row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen() && p.seqlen_q <= 1024;
 }
 
 // Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
-// counters, zeroed by the preprocess: the tile counter of persistent kernels, then, deterministic
-// only, [B, Hq, q blocks]. Each region 256-byte aligned.
+// counters, zeroed by the preprocess: the tile counter of persistent kernels, then, for the ordered
+// reduction only (orders_dq), [B, Hq, q blocks]. Each region 256-byte aligned.
 struct Layout {
   size_t dq_accum = 0, dsum = 0, counters = 0, total = 0;
   int64_t counter_ints = 0;
@@ -81,7 +97,7 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
   l.counters = align_up(l.dsum + hq * rows_q * sizeof(float));
   l.counter_ints = 1;
-  if (p.deterministic) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
+  if (orders_dq(p, row)) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
   l.total = align_up(l.counters + static_cast<size_t>(l.counter_ints) * sizeof(int));
   return l;
 }
@@ -218,7 +234,7 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.dq_accum = reinterpret_cast<float*>(ws + l.dq_accum);
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
   params.tile_counter = reinterpret_cast<int*>(ws + l.counters);
-  params.locks = p.deterministic ? params.tile_counter + 1 : nullptr;
+  params.locks = orders_dq(p, row) ? params.tile_counter + 1 : nullptr;
   params.dq_first_stored = stores_first_dq(p, row) ? 1 : 0;
   params.zero_ints = l.counter_ints;
 

@@ -1,8 +1,9 @@
 // CUDA backend, common/: division by a divisor fixed at launch, as a multiply and a shift.
 // A 64-bit `/` or `%` on the GPU is a call to a software routine of some 70 instructions; the
 // row kernels of the backward divide every task index by the head count and the sequence
-// length, so they were issue-bound on it (docs/PERF.md, sm90 backward section). Built on the
-// host, used on both (tests/test_fast_div.cpp checks it against `/` and `%`).
+// length, which bound the preprocess by issue where it only reads (docs/PERF.md, sm90 backward
+// section). Built on the host, used on both (tests/test_fast_div.cpp checks it against `/` and
+// `%`).
 #pragma once
 
 #include <cstdint>

@@ -58,9 +58,9 @@ int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
 // always in the deterministic mode; in the default mode on the sm90 kernels where that order's
 // first tile stored (stores_first_dq) outweighs its turns' waits. Measured on the H200 against
 // the unordered reduction (docs/PERF.md, sm90 backward section): dense causal problems of at most
-// 512 queries and keys, +3 to +8% at head dims 128 and 256, +14 to +20% at 64; at head dim 64
-// causal up to 1024 (+5%) and unmasked at 512 (+4%). Everywhere else it lost 1 to 12%. The
-// default mode's results are then reproducible too.
+// 512 queries and keys, +3% at head dim 128, +7% at 256, +14% at 64; at head dim 64 causal up to
+// 1024 (+6%) and unmasked at 512 (+5%). Everywhere else it drew or lost, up to 16%. The default
+// mode's dQ is then reproducible too.
 bool orders_dq(const Problem& p, const BwdKernelRow& row) {
   if (p.deterministic) return true;
   if (row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;

@@ -30,7 +30,8 @@ struct RowTask {
 };
 
 // The divisors of a task index, fixed at launch: a 64-bit `/` is a call of some 70 instructions,
-// which left both kernels issue-bound (docs/PERF.md, sm90 backward section).
+// which bound the preprocess by issue where it only reads, with no zeroing (docs/PERF.md, sm90
+// backward section).
 struct RowDivs {
   FastDiv heads;   // task -> (row, h)
   FastDiv seqlen;  // dense row -> (b, s)

@@ -70,20 +70,39 @@ bool orders_dq(const Problem& p, const BwdKernelRow& row) {
   return causal && len <= 512;
 }
 
+// Whether the default mode's unordered reduction stores each q block's first dQ tile by claims
+// (BwdParams::claims: the first writer to reach the block stores it, the others wait until that is
+// complete and add theirs) rather than adding every tile into a zeroed accumulator: on the sm90
+// kernels' layouts, on dense problems (see stores_first_dq) under a causal mask, where the kv
+// blocks of a head reach a q block one after another from its diagonal, or with none (the rotated
+// q-block order, BwdKernel::rotated_order, staggers them the same way). It saves the zeroing
+// (about 20 µs a call) and costs a little every step (a claim, and a wait where a store is not
+// yet complete), so it pays on short problems only. Measured on the H200 (docs/PERF.md, sm90
+// backward section): +1-4% causal up to 4096 keys at every head dim, unmasked up to 4096 at head
+// dim 64, 2048 at 128 and 1024 at 256; longer, up to 10% lost (hdim 256 causal 16k).
+bool claims_dq(const Problem& p, const BwdKernelRow& row) {
+  if (p.deterministic || orders_dq(p, row) || row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;
+  const int64_t len = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;
+  if (p.mask.left < 0 && p.mask.right == 0) return len <= 4096;
+  return p.mask.none() && len * row.head_dim <= 4096 * 64;
+}
+
 // Whether the main kernel stores each q block's first dQ tile rather than adding it into a zeroed
-// accumulator (BwdParams::dq_first_stored): the ordered reduction (orders_dq) on the sm90 kernels
-// (the paired and plain layouts), whose order names the first turn, on dense problems, whose
-// tensor map clips a q block's tile at its sequence's end (a varlen tile would run into the next
-// sequence's rows, where adding zeros is harmless and storing them is not), of at most 1024 query
-// rows. It takes the zeroing's write of the accumulator out of the preprocess: +2-12% there; from
-// 2048 rows the turns' hand-over waits on the stores and it lost 1-5% (docs/PERF.md).
+// accumulator (BwdParams::dq_first_stored), which takes the zeroing's write of the accumulator out
+// of the preprocess. Dense problems only, whose tensor map clips a q block's tile at its
+// sequence's end (a varlen tile would run into the next sequence's rows, where adding zeros is
+// harmless and storing them is not). With claims (claims_dq), or in the ordered reduction
+// (orders_dq) on the sm90 kernels (the paired and plain layouts), whose order names the first
+// turn, of at most 1024 query rows: +2-12% there; from 2048 rows the turns' hand-over waits on the
+// stores and it lost 1-5% (docs/PERF.md).
 bool stores_first_dq(const Problem& p, const BwdKernelRow& row) {
+  if (claims_dq(p, row)) return true;
   return orders_dq(p, row) && row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen() && p.seqlen_q <= 1024;
 }
 
 // Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
 // counters, zeroed by the preprocess: the tile counter of persistent kernels, then, for the ordered
-// reduction only (orders_dq), [B, Hq, q blocks]. Each region 256-byte aligned.
+// reduction (orders_dq) or claims (claims_dq), [B, Hq, q blocks]. Each region 256-byte aligned.
 struct Layout {
   size_t dq_accum = 0, dsum = 0, counters = 0, total = 0;
   int64_t counter_ints = 0;
@@ -97,7 +116,7 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
   l.counters = align_up(l.dsum + hq * rows_q * sizeof(float));
   l.counter_ints = 1;
-  if (orders_dq(p, row)) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
+  if (orders_dq(p, row) || claims_dq(p, row)) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
   l.total = align_up(l.counters + static_cast<size_t>(l.counter_ints) * sizeof(int));
   return l;
 }
@@ -235,6 +254,7 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
   params.tile_counter = reinterpret_cast<int*>(ws + l.counters);
   params.locks = orders_dq(p, row) ? params.tile_counter + 1 : nullptr;
+  params.claims = claims_dq(p, row) ? params.tile_counter + 1 : nullptr;
   params.dq_first_stored = stores_first_dq(p, row) ? 1 : 0;
   params.zero_ints = l.counter_ints;
 

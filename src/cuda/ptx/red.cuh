@@ -45,6 +45,14 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
   return v;
 }
 
+// atom.acquire.gpu.global.add.s32 d, [addr], v;                           (sm_70+)
+// Returns the value before the addition.
+__device__ __forceinline__ int atom_acquire_add_gpu(int* addr, int v) {
+  int old;
+  asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(addr), "r"(v) : "memory");
+  return old;
+}
+
 // red.release.gpu.global.add.s32 [addr], v;                                (sm_70+)
 __device__ __forceinline__ void red_release_add_gpu(int* addr, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");

@@ -62,14 +62,18 @@ struct BwdParams {
   DqAccumLayout dq_accum_layout;
   int dq_tile_rows, dq_tile_warps_m;  // kTiled: sm80/dq_tile.h's rows and warps_m
   float* dsum;      // D = rowsum(dO∘O), fp32, laid out like lse
-  int* locks;       // deterministic: [B, Hq, num_q_blocks] counters, zeroed; else null
-  // 1: the deterministic mode on an sm90 kernel (launch/bwd.cu says where): dQ_accum is not
-  // zeroed, the first turn of each (query head, q block) stores its dQ tile and the later turns
-  // add theirs; the postprocess writes dQ = 0 where a block's lock is still 0 (no tile reached it).
+  int* locks;       // the ordered dQ reduction: [B, Hq, num_q_blocks] turn counters, zeroed; else null
+  // The default mode's unordered reduction with each q block's first dQ tile stored (sm90, launch/bwd.cu
+  // says where): [B, Hq, num_q_blocks] claim counters, zeroed (BwdKernel::dq_writer); else null.
+  int* claims;
+  // 1: an sm90 kernel stores the first dQ tile of each (query head, q block) and adds the later
+  // ones, in the ordered reduction (its first turn) or by claims (the first to claim it):
+  // dQ_accum is not zeroed, and the postprocess writes dQ = 0 where a block's lock or claim
+  // counter is still 0 (no tile reached it).
   int dq_first_stored;
   int* tile_counter;  // persistent kernels (sm90): tiles claimed past the first wave, zeroed
-  // The preprocess zeroes zero_ints ints from tile_counter: the counter, then the locks where
-  // there are any (one region, launch/bwd.cu).
+  // The preprocess zeroes zero_ints ints from tile_counter: the counter, then the locks or the
+  // claims where there are any (one region, launch/bwd.cu).
   int64_t zero_ints;
   int64_t rows_q;   // B·Sq, or total_q with varlen
 

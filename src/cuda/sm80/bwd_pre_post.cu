@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
       float4& y = ys[u];
       if (p.dq_first_stored) {  // dense: a q block no tile reached holds no stored value
         const int qb = static_cast<int>(t.s) / p.dq_tile_rows;
-        if (p.locks[(t.b * p.heads_q + t.h) * p.num_q_blocks + qb] == 0) {
+        const int* counts = p.locks != nullptr ? p.locks : p.claims;
+        if (counts[(t.b * p.heads_q + t.h) * p.num_q_blocks + qb] == 0) {
           x = y = make_float4(0.f, 0.f, 0.f, 0.f);
           continue;
         }

@@ -119,8 +119,9 @@ struct BwdKernel {
   // them (Q and dO columns 128·group .. +127, 16 KiB each), and the writer warp adds it and
   // releases the stage (dq_panel_offset). consumer_split_d.
   static constexpr bool kSplitD = kBlockN_ == 64;
-  // The rotated q-block order for unmasked problems (RotatedQOrder): 0 never, 1 in the
-  // deterministic mode, 2 in both modes (FA_SM90_BWD_ROTATE, for timing them against each other).
+  // The rotated q-block order for unmasked problems (RotatedQOrder): 0 never, 1 in the ordered
+  // reduction and with claims (rotated_order), 2 always (FA_SM90_BWD_ROTATE, for timing them
+  // against each other).
 #ifdef FA_SM90_BWD_ROTATE
   static constexpr int kRotatedOrder = FA_SM90_BWD_ROTATE;
 #else
@@ -260,8 +261,10 @@ struct BwdKernel {
   __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
     return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
   }
-  // The rotated q-block order (RotatedQOrder) where every kv block sees every q block. In the
-  // deterministic mode a kv block then waits on lower kv blocks of its head too, which come
+  // The rotated q-block order (RotatedQOrder) where every kv block sees every q block, in the
+  // ordered reduction and with claims (the kv blocks of a head then reach a q block one after
+  // another, not all in the same step, so a claim's store is seldom waited on). In the
+  // ordered reduction a kv block then waits on lower kv blocks of its head too, which come
   // after it: the tiles of a head must all run at once, so there the tiles are dealt out in
   // rounds of whole heads (a CTA's next tile is its current one + gridDim.x, gridDim.x a
   // multiple of the kv blocks) instead of drawn, where a CTA holding its next tile could hold
@@ -269,7 +272,8 @@ struct BwdKernel {
   // (bwd_launch: refused, the descending order).
   static bool rotated_order(const sm80::BwdParams& p, int sm_count) {
     if (kRotatedOrder == 0 || !p.mask.none() || !RotatedQOrder::fits(p.num_q_blocks, p.num_kv_blocks)) return false;
-    return p.locks == nullptr ? kRotatedOrder == 2 : p.num_kv_blocks <= sm_count;
+    if (p.locks != nullptr) return p.num_kv_blocks <= sm_count;
+    return kRotatedOrder == 2 || p.claims != nullptr;
   }
   // Are the tiles dealt in rounds of whole heads (the rotated order in the deterministic mode)?
   __host__ __device__ static bool dealt_rounds(const Params& p) { return p.rotated != 0 && p.prob.locks != nullptr; }
@@ -333,6 +337,10 @@ struct BwdKernel {
     const int q_last = min(q0 + kBlockM, w.sq) - 1;
     return static_cast<int>((p.mask.key_end(q_last, w.sq, w.sk) - 1) / kBlockN) - w.kv_block;
   }
+  // A claim counter (params.claims) counts the writers that reached its block, and gains this bit
+  // once the first one's stored tile is complete (dq_writer). A block has fewer claims than
+  // tiles (below 2^30, can_implement).
+  static constexpr int kClaimPublished = 1 << 30;
   // A consumer thread's release of a Q/dO stage: every consumer thread arrives (256 a phase), so
   // that each one's reads of the stage's LSE and D come before the producer rewrites them (one
   // arrival a warp after __syncwarp measured the same, but racecheck does not see that order).
@@ -649,10 +657,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
 // past sq are not written) from lane 0, and hand the tile back (dq_empty, after every step:
 // the consumers take each before their next dQ store, a tile's last in its epilogue where dV
 // goes over the dQ tile, else as they leave; split-D: release the stage it was written into)
-// once read. Deterministic mode: the tiles of one (query head, q block) are added in descending
-// kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and releases it
-// once its own addition is complete; with p.dq_first_stored (dQ_accum not zeroed) the first
-// turn stores its tile rather than adding it.
+// once read. The ordered reduction (p.locks): the tiles of one (query head, q block) are added in
+// descending kv-block order; lane 0 waits for the counter of the higher blocks (dq_turn), and
+// releases it once its own addition is complete; with p.dq_first_stored (dQ_accum not zeroed)
+// the first turn stores its tile rather than adding it. Claims (p.claims, dQ_accum not zeroed):
+// the first writer to reach a (query head, q block) stores its tile and publishes it once
+// complete (kClaimPublished), right after handing the buffer back; the others wait for that and
+// add theirs.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_writer(const Params& params, char* smem,
                                                                        uint64_t* bars) {
@@ -663,6 +674,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
   for (int tile = 0;; ++tile) {
     const Steps w = take_tile(smem, bars, tile);
     if (w.kv_block < 0) break;
+    // The counter of step s's (query head, q block) in p.locks / p.claims.
+    const auto block_of = [&](int s) {
+      return (int64_t(w.b) * p.heads_q + w.hk * p.group + s / w.n_qb) * p.num_q_blocks + step_qb(w, s);
+    };
+    // Lane 0 with claims: this step's claim, taken at the end of the step before (the atomic's
+    // round trip then runs under the wait for the tile, not before the tile's bulk copy); a
+    // tile's first step claims when it starts.
+    int claimed = 0;
     for (int s = 0; s < w.steps; ++s, ++ring) {
       const int stage = static_cast<int>(ring % kStages);
       const int h = w.hk * p.group + s / w.n_qb;
@@ -673,16 +692,32 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
       } else {
         ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
       }
-      int* lock = nullptr;
+      // Where the additions below are complete, this lane releases `release` by `released`.
+      int* release = nullptr;
+      int released = 1;
       if (lane == 0) {
         bool store = false;
+        const int64_t block = block_of(s);
         if (p.locks != nullptr) {
-          lock = p.locks + (int64_t(w.b) * p.heads_q + h) * p.num_q_blocks + qb;
+          release = p.locks + block;
           const int expected = dq_turn(p, params.rotated != 0, w, q0);
-          while (ptx::ld_acquire_gpu(lock) < expected) {
+          while (ptx::ld_acquire_gpu(release) < expected) {
           }
           store = p.dq_first_stored != 0 && expected == 0;
           cp::fence_proxy_async(cp::space_global);  // the writes below come after the acquire
+        } else if (p.claims != nullptr) {
+          // The first to claim the block stores its tile and publishes it once complete; the
+          // others add theirs after that. A claimant waits on no other CTA between its claim and
+          // its publication, so every wait here ends.
+          int* claim = p.claims + block;
+          int seen = s > 0 ? claimed : ptx::atom_acquire_add_gpu(claim, 1);
+          store = seen == 0;
+          if (store) {
+            release = claim, released = kClaimPublished;
+          } else {
+            while ((seen & kClaimPublished) == 0) seen = ptx::ld_acquire_gpu(claim);
+            cp::fence_proxy_async(cp::space_global);
+          }
         }
         for (int c = 0; c < kDqPanels; ++c) {
           const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
@@ -698,13 +733,16 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
       }
       __syncwarp();
       if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
-      // Deterministic mode: the next CTA in this q block's order may add once these writes are
-      // complete in global memory; the buffer went back to the consumers at their read already.
-      if (lock != nullptr) {
+      // The ordered reduction: the next CTA in this q block's order may add once these writes are
+      // complete in global memory; claims: the others may add once the stored tile is. The
+      // buffer went back to the consumers at their read already.
+      if (release != nullptr) {
         cp::cp_async_bulk_wait_group(cp::n32_t<0>{});
         cp::fence_proxy_async(cp::space_global);
-        ptx::red_release_add_gpu(lock, 1);
+        ptx::red_release_add_gpu(release, released);
       }
+      if (lane == 0 && p.claims != nullptr && s + 1 < w.steps)
+        claimed = ptx::atom_acquire_add_gpu(p.claims + block_of(s + 1), 1);
     }
   }
   if (lane == 0) cp::cp_async_bulk_wait_group(cp::n32_t<0>{});

@@ -75,11 +75,12 @@ bool orders_dq(const Problem& p, const BwdKernelRow& row) {
 // complete and add theirs) rather than adding every tile into a zeroed accumulator: on the sm90
 // kernels' layouts, on dense problems (see stores_first_dq) under a causal mask, where the kv
 // blocks of a head reach a q block one after another from its diagonal, or with none (the rotated
-// q-block order, BwdKernel::rotated_order, staggers them the same way). It saves the zeroing
-// (about 20 µs a call) and costs a little every step (a claim, and a wait where a store is not
-// yet complete), so it pays on short problems only. Measured on the H200 (docs/PERF.md, sm90
-// backward section): +1-4% causal up to 4096 keys at every head dim, unmasked up to 4096 at head
-// dim 64, 2048 at 128 and 1024 at 256; longer, up to 10% lost (hdim 256 causal 16k).
+// q-block order, BwdKernel::rotated_order, staggers them the same way). It takes the zeroing out
+// of the preprocess (70 -> 42 µs a call) and costs a little every step (a claim, and a wait
+// where a store is not yet complete), so it pays on short problems only. Measured on the H200
+// (docs/PERF.md, sm90 backward section), in two calls: +1.4 to +4.4% at head dim 64 unmasked
+// 1k-4k and causal 2k, +1 to +3% at 128 and 256 causal 1k and unmasked 512-1k; a draw at causal
+// 4k and hdim 128 unmasked 2k; longer, up to 10% lost (hdim 256 causal 16k).
 bool claims_dq(const Problem& p, const BwdKernelRow& row) {
   if (p.deterministic || orders_dq(p, row) || row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;
   const int64_t len = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;

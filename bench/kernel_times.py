@@ -6,7 +6,7 @@ bench_attn.py), bf16. torch.profiler over --calls calls of the backward alone (t
 once, before): the preprocess (D and the zeroed dQ accumulator), the main kernel and the
 postprocess (dQ rounded), each as µs a call, and any other device work of the call; then the
 whole call timed by CUDA events, so that what lies between them (launches, gaps) shows as the
-difference.
+difference; and the device's idle time before each kernel in the profiled timeline.
 
     PYTHONPATH=python python3 bench/kernel_times.py --hdim 128 --seqlen 1024 --causal
 """
@@ -85,6 +85,16 @@ def main(argv=None) -> int:
         print(f"  other {t / a.calls:9.1f} us  {key[:100]}")
     total = sum(us.values()) + sum(others.values())
     print(f"  device work {total / a.calls:7.1f} us, call {call_us:.1f} us (CUDA events)")
+    # The device's idle time before each kernel: from the end of the kernel before it (the last
+    # call's postprocess for a preprocess) to its start, in the profiled calls' timeline.
+    kernels = sorted((e.time_range.start, e.time_range.end, kernel_of(e.name) or "other")
+                     for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range)
+    idle = collections.defaultdict(list)
+    for (_, end_before, _), (start, _, short) in zip(kernels, kernels[1:]):
+        idle[short].append(start - end_before)
+    for short, gaps in idle.items():
+        print(f"  idle before {short:5s} {sum(gaps) / len(gaps):7.1f} us a call (mean of {len(gaps)}), "
+              f"max {max(gaps):.1f}")
     return 0
 
 

@@ -197,6 +197,23 @@ TEST_P(ReferenceTiny, BackwardMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceTiny, testing::ValuesIn(tiny_problems()), problem_name);
 
+// ulp_at, the bound of the test below, is the spacing of each type's values, subnormals included
+// (fp16's from 6.1e-5 down: an output of 3e-6 is rounded in steps of 2^-24).
+TEST(Reference, UlpIsTheSpacingOfValues) {
+  EXPECT_EQ(ulp_at(FA_DTYPE_FP32, 1.0), std::ldexp(1.0, -23));
+  EXPECT_EQ(ulp_at(FA_DTYPE_BF16, 1.0), std::ldexp(1.0, -7));
+  EXPECT_EQ(ulp_at(FA_DTYPE_FP16, 1.0), std::ldexp(1.0, -10));
+  EXPECT_EQ(ulp_at(FA_DTYPE_FP16, 3e-6), std::ldexp(1.0, -24));
+  for (fa_dtype dt : {FA_DTYPE_FP32, FA_DTYPE_BF16, FA_DTYPE_FP16})
+    for (double m : {3e-6, 7e-5, 0.3, 1.0, 5.5, 300.0}) {
+      const float x = round_to(dt, static_cast<float>(m));
+      const double u = ulp_at(dt, x);
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " at " + std::to_string(m));
+      EXPECT_EQ(round_to(dt, static_cast<float>(x + u)), static_cast<float>(x + u));  // the next value
+      EXPECT_EQ(round_to(dt, static_cast<float>(x + 0.25 * u)), x);                 // nothing between
+    }
+}
+
 // The reference in bf16/fp16 storage equals the fp32 reference on the same inputs, rounded once.
 TEST(Reference, LowPrecisionIsRoundedFp32) {
   Problem p = tiny("dense");

@@ -78,10 +78,13 @@ float round_to(fa_dtype dt, float f) {
 
 double ulp_at(fa_dtype dt, double m) {
   const int mant = dt == FA_DTYPE_BF16 ? 7 : dt == FA_DTYPE_FP16 ? 10 : 23;
+  // Below the smallest normal the step stays that of the subnormals: 2^-24 in fp16 (from 6.1e-5
+  // down), 2^-133 in bf16, 2^-149 in fp32.
+  const int min_exp = dt == FA_DTYPE_BF16 ? -133 : dt == FA_DTYPE_FP16 ? -24 : -149;
   if (!(m > 0)) m = 1e-30;
   int e = 0;
   std::frexp(m, &e);  // m = f * 2^e, f in [0.5, 1)
-  return std::ldexp(1.0, e - 1 - mant);
+  return std::ldexp(1.0, std::max(e - 1 - mant, min_exp));
 }
 
 const char* dtype_name(fa_dtype dt) {

@@ -401,7 +401,7 @@ int mode_check(bool small) {
 
 // Same inputs 100 times: dK and dV bitwise always; dQ bitwise in deterministic mode (there on a
 // caller's workspace dirtied before each call), and in the default mode where it takes the
-// ordered reduction too (sm90, causal at 512: launch/bwd.cu's orders_dq). Causal at
+// ordered reduction too (sm90, causal at 512: launch/bwd.cu's dq_reduction). Causal at
 // 512 tokens (4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes)
 // and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks); at 128 also causal at
 // 4096 (the 80-row kernel's causal instantiation).

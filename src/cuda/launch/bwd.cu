@@ -54,62 +54,60 @@ int64_t dq_rows(const Problem& p, const BwdKernelRow& row) {
   return row.dq_layout == sm80::DqAccumLayout::kTiled ? rows_q + p.batch * row.block_m : rows_q;
 }
 
-// Whether the main kernel adds the dQ tiles of each q block in a fixed order (BwdParams::locks):
-// always in the deterministic mode; in the default mode on the sm90 kernels where that order's
-// first tile stored (stores_first_dq) outweighs its turns' waits. Measured on the H200 against
-// the unordered reduction (docs/PERF.md, sm90 backward section): dense causal problems of at most
-// 512 queries and keys, +3% at head dim 128, +7% at 256, +14% at 64; at head dim 64 causal up to
-// 1024 (+6%) and unmasked at 512 (+5%). Everywhere else it drew or lost, up to 16%. The default
-// mode's dQ is then reproducible too.
-bool orders_dq(const Problem& p, const BwdKernelRow& row) {
-  if (p.deterministic) return true;
-  if (row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;
+// How the main kernel adds the dQ tiles into the fp32 accumulator (BwdParams::locks, claims,
+// dq_first_stored), decided once a call.
+// - ordered (locks): each q block's tiles in a fixed order. Always in the deterministic mode; in
+//   the default mode on the sm90 kernels where that order's first tile stored outweighs its
+//   turns' waits. Measured on the H200 against the unordered reduction (docs/PERF.md, sm90
+//   backward section): dense causal problems of at most 512 queries and keys, +3% at head dim
+//   128, +7% at 256, +14% at 64; at head dim 64 causal up to 1024 (+6%) and unmasked at 512
+//   (+5%). Everywhere else it drew or lost, up to 16%. The default mode's dQ is then
+//   reproducible too.
+// - claims: the default mode's unordered reduction, the first writer to reach a q block storing
+//   its tile, the others waiting until that is complete and adding theirs; on the sm90 kernels'
+//   layouts, on dense problems under a causal mask, where the kv blocks of a head reach a q block
+//   one after another from its diagonal, or with none (the rotated q-block order,
+//   BwdKernel::rotated_order, staggers them the same way). It takes the zeroing out of the
+//   preprocess (70 -> 42 µs a call) and costs a little every step (a claim, and a wait where a
+//   store is not yet complete), so it pays on short problems only. Measured on the H200, in two
+//   calls: +1.4 to +4.4% at head dim 64 unmasked 1k-4k and causal 2k, +1 to +3% at 128 and 256
+//   causal 1k and unmasked 512-1k; a draw at causal 4k and hdim 128 unmasked 2k; longer, up to
+//   10% lost (hdim 256 causal 16k).
+// - first_stored: each q block's first tile stored rather than added into a zeroed accumulator,
+//   which takes the zeroing's write out of the preprocess. Dense problems only, whose tensor map
+//   clips a q block's tile at its sequence's end (a varlen tile would run into the next
+//   sequence's rows, where adding zeros is harmless and storing them is not): with claims, or in
+//   the ordered reduction on the sm90 kernels (the paired and plain layouts), whose order names
+//   the first turn, of at most 1024 query rows: +2-12% there; from 2048 rows the turns'
+//   hand-over waits on the stores and it lost 1-5%.
+struct DqReduction {
+  bool ordered = false, claims = false, first_stored = false;
+};
+
+DqReduction dq_reduction(const Problem& p, const BwdKernelRow& row) {
+  DqReduction r;
+  const bool sm90_dense = row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen();
   const int64_t len = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;
   const bool causal = p.mask.left < 0 && p.mask.right == 0;
-  if (row.head_dim <= 64) return causal ? len <= 1024 : p.mask.none() && len <= 512;
-  return causal && len <= 512;
-}
-
-// Whether the default mode's unordered reduction stores each q block's first dQ tile by claims
-// (BwdParams::claims: the first writer to reach the block stores it, the others wait until that is
-// complete and add theirs) rather than adding every tile into a zeroed accumulator: on the sm90
-// kernels' layouts, on dense problems (see stores_first_dq) under a causal mask, where the kv
-// blocks of a head reach a q block one after another from its diagonal, or with none (the rotated
-// q-block order, BwdKernel::rotated_order, staggers them the same way). It takes the zeroing out
-// of the preprocess (70 -> 42 µs a call) and costs a little every step (a claim, and a wait
-// where a store is not yet complete), so it pays on short problems only. Measured on the H200
-// (docs/PERF.md, sm90 backward section), in two calls: +1.4 to +4.4% at head dim 64 unmasked
-// 1k-4k and causal 2k, +1 to +3% at 128 and 256 causal 1k and unmasked 512-1k; a draw at causal
-// 4k and hdim 128 unmasked 2k; longer, up to 10% lost (hdim 256 causal 16k).
-bool claims_dq(const Problem& p, const BwdKernelRow& row) {
-  if (p.deterministic || orders_dq(p, row) || row.dq_layout == sm80::DqAccumLayout::kTiled || p.varlen()) return false;
-  const int64_t len = p.seqlen_q > p.seqlen_k ? p.seqlen_q : p.seqlen_k;
-  if (p.mask.left < 0 && p.mask.right == 0) return len <= 4096;
-  return p.mask.none() && len * row.head_dim <= 4096 * 64;
-}
-
-// Whether the main kernel stores each q block's first dQ tile rather than adding it into a zeroed
-// accumulator (BwdParams::dq_first_stored), which takes the zeroing's write of the accumulator out
-// of the preprocess. Dense problems only, whose tensor map clips a q block's tile at its
-// sequence's end (a varlen tile would run into the next sequence's rows, where adding zeros is
-// harmless and storing them is not). With claims (claims_dq), or in the ordered reduction
-// (orders_dq) on the sm90 kernels (the paired and plain layouts), whose order names the first
-// turn, of at most 1024 query rows: +2-12% there; from 2048 rows the turns' hand-over waits on the
-// stores and it lost 1-5% (docs/PERF.md).
-bool stores_first_dq(const Problem& p, const BwdKernelRow& row) {
-  if (claims_dq(p, row)) return true;
-  return orders_dq(p, row) && row.dq_layout != sm80::DqAccumLayout::kTiled && !p.varlen() && p.seqlen_q <= 1024;
+  if (p.deterministic) {
+    r.ordered = true;
+  } else if (sm90_dense) {
+    r.ordered = row.head_dim <= 64 ? (causal ? len <= 1024 : p.mask.none() && len <= 512) : causal && len <= 512;
+    r.claims = !r.ordered && (causal ? len <= 4096 : p.mask.none() && len * row.head_dim <= 4096 * 64);
+  }
+  r.first_stored = r.claims || (r.ordered && sm90_dense && p.seqlen_q <= 1024);
+  return r;
 }
 
 // Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
 // counters, zeroed by the preprocess: the tile counter of persistent kernels, then, for the ordered
-// reduction (orders_dq) or claims (claims_dq), [B, Hq, q blocks]. Each region 256-byte aligned.
+// reduction or claims (DqReduction), [B, Hq, q blocks]. Each region 256-byte aligned.
 struct Layout {
   size_t dq_accum = 0, dsum = 0, counters = 0, total = 0;
   int64_t counter_ints = 0;
 };
 
-Layout layout(const Problem& p, const BwdKernelRow& row) {
+Layout layout(const Problem& p, const BwdKernelRow& row, const DqReduction& dq) {
   const size_t rows_q = static_cast<size_t>(p.varlen() ? p.total_q : p.batch * p.seqlen_q);
   const size_t hq = static_cast<size_t>(p.heads_q);
   Layout l;
@@ -117,7 +115,7 @@ Layout layout(const Problem& p, const BwdKernelRow& row) {
   l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
   l.counters = align_up(l.dsum + hq * rows_q * sizeof(float));
   l.counter_ints = 1;
-  if (orders_dq(p, row) || claims_dq(p, row)) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
+  if (dq.ordered || dq.claims) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
   l.total = align_up(l.counters + static_cast<size_t>(l.counter_ints) * sizeof(int));
   return l;
 }
@@ -219,7 +217,8 @@ const char* bwd_kernel_name(const Problem& p) {
 size_t bwd_workspace_size(const Problem& p) {
   DeviceGuard guard(p.device);
   sm80::BwdParams params;
-  return layout(p, prepare(p, &params)).total;
+  const BwdKernelRow& row = prepare(p, &params);
+  return layout(p, row, dq_reduction(p, row)).total;
 }
 
 void bwd(const Problem& p, void* stream_ptr) {
@@ -227,7 +226,8 @@ void bwd(const Problem& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   sm80::BwdParams params;
   const BwdKernelRow& row = prepare(p, &params);
-  const Layout l = layout(p, row);
+  const DqReduction dq = dq_reduction(p, row);
+  const Layout l = layout(p, row, dq);
   const bool bf16 = p.dtype == Dtype::bf16;
   const bool any_q = params.rows_q > 0;
   const bool any_kv = int64_t(params.num_kv_blocks) * params.heads_kv * params.batch > 0;
@@ -254,9 +254,9 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.dq_accum = reinterpret_cast<float*>(ws + l.dq_accum);
   params.dsum = reinterpret_cast<float*>(ws + l.dsum);
   params.tile_counter = reinterpret_cast<int*>(ws + l.counters);
-  params.locks = orders_dq(p, row) ? params.tile_counter + 1 : nullptr;
-  params.claims = claims_dq(p, row) ? params.tile_counter + 1 : nullptr;
-  params.dq_first_stored = stores_first_dq(p, row) ? 1 : 0;
+  params.locks = dq.ordered ? params.tile_counter + 1 : nullptr;
+  params.claims = dq.claims ? params.tile_counter + 1 : nullptr;
+  params.dq_first_stored = dq.first_stored ? 1 : 0;
   params.zero_ints = l.counter_ints;
 
   // D = rowsum(dO∘O), the counters = 0 and dQ_accum = 0 (unless the main kernel stores first);

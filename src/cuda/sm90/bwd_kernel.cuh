@@ -139,10 +139,11 @@ struct BwdKernel {
   static constexpr int kDqSyncThreads = kConsumerThreads + 32;  // dq_full / dq_empty: + the writer
   // setmaxnreg moves registers within the CTA's launch allocation: 168 a thread (65536 / 384,
   // rounded down to a multiple of 8), 64512. 128·24 (producer) + 256·240 (consumers) = 64512;
-  // split-D 128·32 + 256·232 = 63488: its consumers (dK, dV and dQ halves) fit in 232, and at 32
-  // the producer warp's tile decode and step loop spill a third as much (+1–7% at hdim 256,
-  // most on causal problems; at 64 and 128, consumers at 232 lost up to 15%: docs/PERF.md).
-  static constexpr int kProducerRegs = kSplitD ? 32 : 24;
+  // split-D 128·40 + 256·232 = 64512: its consumers (dK, dV and dQ halves) fit in 232, and the
+  // producer warpgroup takes the rest; the producer warp's tile decode and step loop spill a
+  // third as much at 32 as at 24 (+1–7% at hdim 256, most on causal problems) and a third again
+  // at 40 (+0–1.5%); at 64 and 128, consumers at 232 lost up to 15% (docs/PERF.md).
+  static constexpr int kProducerRegs = kSplitD ? 40 : 24;
   static constexpr int kConsumerRegs = kSplitD ? 232 : 240;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kWarpGroupThreads * (kProducerRegs + kConsumerGroups * kConsumerRegs) <= kThreads * kLaunchRegs,

@@ -55,8 +55,9 @@ for s in $steps; do
       for tool in memcheck racecheck synccheck initcheck; do
         step "sanitize_fwd_$tool" 300 compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_fwd" sanitize
         # len17, q1_k17 and d200_s33 run on the sm90 backward (head dims 64, 128, 256: dense),
-        # d_lt_dv and d256_dv8 on sm80
-        FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8,q1050_k3 step "sanitize_bwd_$tool" 300 \
+        # d_lt_dv and d256_dv8 on sm80; q203_k113, len113 and q300_d256 take a kv tile over two
+        # or more steps at 64, 128 and 256, q1050_k3 over seventeen at 128
+        FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8,q1050_k3,q203_k113,len113,q300_d256 step "sanitize_bwd_$tool" 300 \
           compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_bwd" small
       done ;;
     compact)

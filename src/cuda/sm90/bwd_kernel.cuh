@@ -1176,13 +1176,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
 // columns d0 = 128·group .. +127 and computes Sᵀ, dPᵀ for q columns 32·group .. +31 of every kv
 // row (warp `warp`: rows 16·warp + {g, g + 8}). Per step:
 //   Sᵀ_h = K·Q_hᵀ, dPᵀ_h = V·dO_hᵀ (m64n32, k = D); Pᵀ_h, dSᵀ_h in registers;
-//   Pᵀ_h, dSᵀ_h → the buffer of step parity, [kv][q] 16-bit, 128-byte swizzle;
-//   dV[:, d0..] += Pᵀ_h·dO[h, d0..], dK[:, d0..] += dSᵀ_h·Q[h, d0..] from the registers (k = the
-//   warpgroup's 32 q), running under ds_ready; then the other warpgroup's 32 q of dV and dK
-//   (A = its Pᵀ, dSᵀ K-major from shared memory) and dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read
-//   transposed) in two 64-column halves; the first half over this warpgroup's columns of the
-//   step's Q once dK has landed, the second over its dO columns once all have (dq_panel_offset),
-//   then dq_full[stage]: the writer warp adds it into dQ_accum and releases the stage.
+//   Pᵀ_h, dSᵀ_h → the buffer of step parity, [kv][q] 16-bit, 128-byte swizzle; ds_ready;
+//   dQ[:, d0..] = dS·K[:, d0..] (A = dSᵀ read transposed), then dV[:, d0..] += Pᵀ·dO[:, d0..] and
+//   dK[:, d0..] += dSᵀ·Q[:, d0..] (A = Pᵀ / dSᵀ K-major from shared memory); once all three
+//   have landed, dQ over this warpgroup's columns of the step's Q and dO (dq_panel_offset) and
+//   dq_full[stage]: the writer warp adds it into dQ_accum and releases the stage.
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::consumer_split_d(const Params& params,
                                                                                uint32_t smem_base, char* smem,
@@ -1257,11 +1255,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
                            mask.key_end(q0, sq, sk) >= w.kv0 + kBlockN;
     probs_and_grads(p, w, st, dpt, lse_s, lse_pre, dsum_s, q0, qh0, w.kv0 + r0, full_tile);
 
-    // Pᵀ_h, dSᵀ_h as A fragments (k16 step kk: n8 chunks 2kk, 2kk + 1), and into the buffer of
-    // step parity: row kv, 16-byte chunk q / 8 XOR kv % 8 (= g). Buffer s % 2 is free: the other
-    // warpgroup passed ds_ready of step s − 1 after waiting for its GEMMs of step s − 2.
-    uint32_t p_frag[kHalfQ / 16][4];
-    uint32_t ds_frag[kHalfQ / 16][4];
+    // Pᵀ_h, dSᵀ_h into the buffer of step parity: row kv, 16-byte chunk q / 8 XOR kv % 8 (= g).
+    // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1 after waiting for
+    // its GEMMs of step s − 2.
     char* pt_s = smem + kOffDS + (s & 1) * kDSBytes;
     char* dst_s = pt_s + kBlockN * kRowBytes;
 #pragma unroll
@@ -1269,40 +1265,11 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
       const int chunk = (qh0 / 8 + i) ^ g;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        uint32_t& pv = p_frag[i / 2][2 * (i % 2) + hh];
-        uint32_t& dv = ds_frag[i / 2][2 * (i % 2) + hh];
-        pv = pack2<kIsBf16>(st[4 * i + 2 * hh], st[4 * i + 2 * hh + 1]);
-        dv = pack2<kIsBf16>(dpt[4 * i + 2 * hh], dpt[4 * i + 2 * hh + 1]);
         const int off = (r0 + 8 * hh) * kRowBytes + (chunk << 4) + 4 * t;
-        *reinterpret_cast<uint32_t*>(pt_s + off) = pv;
-        *reinterpret_cast<uint32_t*>(dst_s + off) = dv;
+        *reinterpret_cast<uint32_t*>(pt_s + off) = pack2<kIsBf16>(st[4 * i + 2 * hh], st[4 * i + 2 * hh + 1]);
+        *reinterpret_cast<uint32_t*>(dst_s + off) = pack2<kIsBf16>(dpt[4 * i + 2 * hh], dpt[4 * i + 2 * hh + 1]);
       }
     }
-
-    // This warpgroup's own q columns of dV[:, d0..] += Pᵀ·dO[:, d0..] and dK[:, d0..] += dSᵀ·Q[:, d0..]
-    // from the registers, under the barrier and the other warpgroup's exponentials (B MN-major:
-    // dO, Q rows qh0.. are the k dimension, two 64-column panels from d0). The other half after
-    // ds_ready.
-    ptx::warpgroup_fence_operand(acc_dv);
-    ptx::warpgroup_fence_operand(acc_dk);
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHalfQ / 16; ++kk) {
-      const int row = (qh0 + 16 * kk) * kRowBytes;
-      ptx::warpgroup_mma_rs<kHalfD, kIsBf16, 1>(
-          acc_dv, p_frag[kk],
-          ptx::make_smem_desc_sw128(sdo_base, (d0 / kPanelCols) * kQPanelBytes + row, kQPanelBytes, 1024),
-          s > 0 || kk > 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHalfQ / 16; ++kk) {
-      const int row = (qh0 + 16 * kk) * kRowBytes;
-      ptx::warpgroup_mma_rs<kHalfD, kIsBf16, 1>(
-          acc_dk, ds_frag[kk],
-          ptx::make_smem_desc_sw128(sq_base, (d0 / kPanelCols) * kQPanelBytes + row, kQPanelBytes, 1024),
-          s > 0 || kk > 0);
-    }
-    ptx::warpgroup_commit();
     // Generic-proxy writes, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
 
@@ -1310,73 +1277,55 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
 
     const uint32_t pt_base = smem_base + kOffDS + (s & 1) * kDSBytes;
     const uint32_t dst_base = pt_base + kBlockN * kRowBytes;
-    // The other warpgroup's q columns of dV and dK (A = its Pᵀ, dSᵀ K-major from the buffer: k16
-    // step = 32 bytes along the row).
-    const int qo = kHalfQ - qh0;
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHalfQ / 16; ++kk) {
-      const int q = qo + 16 * kk;
-      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dv, ptx::make_smem_desc_sw128(pt_base, q * 2, 16, 1024),
-          ptx::make_smem_desc_sw128(sdo_base, (d0 / kPanelCols) * kQPanelBytes + q * kRowBytes, kQPanelBytes, 1024),
-          1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHalfQ / 16; ++kk) {
-      const int q = qo + 16 * kk;
-      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
-          acc_dk, ptx::make_smem_desc_sw128(dst_base, q * 2, 16, 1024),
-          ptx::make_smem_desc_sw128(sq_base, (d0 / kPanelCols) * kQPanelBytes + q * kRowBytes, kQPanelBytes, 1024),
-          1);
-    }
-    ptx::warpgroup_commit();
-    // The register half landed: p_frag, ds_frag are free before dQ's accumulators go live.
-    ptx::warpgroup_wait<1>();
-    ptx::warpgroup_fence_operand(reinterpret_cast<uint32_t(&)[kHalfQ / 4]>(p_frag));
-    ptx::warpgroup_fence_operand(reinterpret_cast<uint32_t(&)[kHalfQ / 4]>(ds_frag));
-
     // dQ[:, d0..] = dS·K[:, d0..]   (A = dS [q][kv]: the dSᵀ buffer read MN-major (transpose bit,
     // one 64-wide M panel), k16 step = 16 kv rows; B = K MN-major, two panels from d0)
-    // In two 64-column halves, h = 0 over this warpgroup's Q panels, h = 1 over its dO panels
-    // (dq_panel_offset), so that the first is stored while the second runs.
-    float acc_dq[2][kHalfD / 4];
+    float acc_dq[kHalfD / 2];
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      ptx::warpgroup_fence_operand(acc_dq[h]);
-      ptx::warpgroup_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        ptx::warpgroup_mma_ss<kHalfD / 2, kIsBf16, 1, 1>(
-            acc_dq[h], ptx::make_smem_desc_sw128(dst_base, kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
-            ptx::make_smem_desc_sw128(k_base, (d0 / kPanelCols + h) * kKVPanelBytes + kk * 16 * kRowBytes,
-                                      kKVPanelBytes, 1024),
-            kk > 0);
-      }
-      ptx::warpgroup_commit();
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1, 1>(
+          acc_dq, ptx::make_smem_desc_sw128(dst_base, kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
+          ptx::make_smem_desc_sw128(k_base, (d0 / kPanelCols) * kKVPanelBytes + kk * 16 * kRowBytes, kKVPanelBytes,
+                                    1024),
+          kk > 0);
     }
+    ptx::warpgroup_commit();
 
-    // dQ over the warpgroup's own columns of the stage's Q and dO (the other warpgroup reads
-    // only its own columns after ds_ready): rows of 32 floats, 16-byte chunks swizzled by row % 8
-    // = g (the dQ accumulator map's box), as consumer. Half 0, over Q, once dK (every reader of
-    // those Q columns) and dQ's first half have landed; half 1, over dO, once everything has.
-    // Panels 4·group + 2h, + 1 at dq_panel_offset: one panel at a time (not evenly spaced).
+    // dV[:, d0..] += Pᵀ·dO[:, d0..], dK[:, d0..] += dSᵀ·Q[:, d0..]   (A K-major: k16 step = 32
+    // bytes along the row; B MN-major: dO, Q rows are q = k, two 64-column panels from d0)
+    ptx::warpgroup_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h == 0) {
-        ptx::warpgroup_wait<1>();
-      } else {
-        ptx::warpgroup_wait<0>();
-        ptx::warpgroup_fence_operand(acc_dv);
-        ptx::warpgroup_fence_operand(acc_dk);
-      }
-      ptx::warpgroup_fence_operand(acc_dq[h]);
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        store_dq_paired<kDqPanelCols>(
-            smem + dq_panel_offset(stage, 4 * group + 2 * h + c) + (16 * warp + g) * kRowBytes, 0,
-            reinterpret_cast<const float(&)[kDqPanelCols / 2]>(acc_dq[h][kDqPanelCols / 2 * c]), g, t);
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dv, ptx::make_smem_desc_sw128(pt_base, kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sdo_base, (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          s > 0 || kk > 0);
     }
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::warpgroup_mma_ss<kHalfD, kIsBf16, 1>(
+          acc_dk, ptx::make_smem_desc_sw128(dst_base, kk * 32, 16, 1024),
+          ptx::make_smem_desc_sw128(sq_base, (d0 / kPanelCols) * kQPanelBytes + kk * 16 * kRowBytes, kQPanelBytes,
+                                    1024),
+          s > 0 || kk > 0);
+    }
+    ptx::warpgroup_commit();
+    // dQ, dV and dK landed: this warpgroup's columns of the stage's Q and dO are read (the other
+    // warpgroup reads only its own columns after ds_ready), and dQ goes over them: rows of 32
+    // floats, 16-byte chunks swizzled by row % 8 = g (the dQ accumulator map's box), as consumer.
+    ptx::warpgroup_wait<0>();
+    ptx::warpgroup_fence_operand(acc_dq);
+    ptx::warpgroup_fence_operand(acc_dv);
+    ptx::warpgroup_fence_operand(acc_dk);
+    // Panels 4·group .. + 3 at dq_panel_offset: consecutive Q and dO panels, not evenly spaced,
+    // so one panel at a time.
+#pragma unroll
+    for (int c = 0; c < kHalfD / kDqPanelCols; ++c)
+      store_dq_paired<kDqPanelCols>(smem + dq_panel_offset(stage, 4 * group + c) + (16 * warp + g) * kRowBytes, 0,
+                                    reinterpret_cast<const float(&)[kDqPanelCols / 2]>(acc_dq[kDqPanelCols / 2 * c]), g,
+                                    t);
     // Generic-proxy writes, read by the writer's bulk reductions (async proxy): fence, arrive.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
     SmemBarrier{bars + kBarDqFull + stage}.arrive();

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A/B of library builds on a GPU machine, every candidate checked in the same call as its timing.
+# For each build after the first (the base): the CUDA check programs (against the CPU reference,
+# determinism) and compute-sanitizer on small awkward shapes, side by side; then bench/ab.py over
+# all the builds, alternating, alone on the GPU (docs/PERF.md: how a change is measured).
+#   scripts/gpu_ab.sh base=DIR new=DIR ... -- <bench_attn.py arguments>
+# DIR holds one build's libflashattn.so, check_bwd and check_fwd (from its src/ and tests/cuda/,
+# copied flat). Writes $OUT/ab.json and $OUT/logs.tgz. CHECKS=0 leaves the checks out;
+# ROUNDS (default 2) is ab.py's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/flashattn-ab}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"' EXIT
+export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 FA_AWKWARD_SHAPES=$PWD/tests/awkward_shapes.txt
+
+builds=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do builds+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+if [ ${#builds[@]} -lt 2 ]; then
+  echo "usage: scripts/gpu_ab.sh base=DIR new=DIR ... -- <bench_attn.py arguments>" >&2
+  exit 2
+fi
+
+# step NAME SECONDS CMD...: CMD in the background with a time limit, its output in $LOGS/NAME.log
+# and its exit status and seconds in $LOGS/NAME.rc (as scripts/gpu_proof.sh).
+step() {
+  local name=$1 limit=$2; shift 2
+  ( local t0=$SECONDS
+    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+    echo "$? $((SECONDS - t0))" > "$LOGS/$name.rc" ) &
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+libs=()
+for i in "${!builds[@]}"; do
+  name=${builds[$i]%%=*}
+  dir=$(cd "${builds[$i]#*=}" && pwd) || exit 2
+  ln -sf libflashattn.so "$dir/libflashattn.so.0"  # the check programs' DT_NEEDED
+  libs+=("$name=$dir/libflashattn.so")
+  if [ "$i" = 0 ] || [ "${CHECKS:-1}" = 0 ]; then continue; fi
+  run=(env LD_LIBRARY_PATH="$dir" FLASHATTN_LIBRARY="$dir/libflashattn.so")
+  step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
+  step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
+  step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism
+  step "${name}_fwd_correct" 300 "${run[@]}" "$dir/check_fwd" correct "$FA_AWKWARD_SHAPES"
+  step "${name}_fwd_determinism" 300 "${run[@]}" "$dir/check_fwd" determinism
+  for tool in memcheck racecheck synccheck; do
+    # the backward's list in gpu_proof.sh: every head dim, kv tiles of one and of several steps
+    step "${name}_bwd_$tool" 300 "${run[@]}" \
+      FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8,q1050_k3,q203_k113,len113,q300_d256 \
+      compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
+    step "${name}_fwd_$tool" 300 "${run[@]}" \
+      compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_fwd" sanitize
+  done
+done
+wait
+
+failed=()
+for rc in "$LOGS"/*.rc; do
+  [ -e "$rc" ] || continue
+  name=$(basename "$rc" .rc)
+  read -r code secs < "$rc"
+  printf '%-30s rc=%-3s %4ss  %s\n' "$name" "$code" "$secs" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-80)"
+  [ "$code" = 0 ] || failed+=("$name")
+done
+[ ${#failed[@]} = 0 ] || echo "failed: ${failed[*]} (timed anyway)"
+
+python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"
+ab=${PIPESTATUS[0]}
+[ ${#failed[@]} = 0 ] && exit "$ab" || exit 1

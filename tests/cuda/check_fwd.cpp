@@ -300,8 +300,8 @@ void mode_correct(const std::string& shapes_file) {
   // Masked hdim-64 problems from 2048 query rows run the 192-row tiles: 4096 = 21·192 + 64, so
   // the last (the diagonal's longest) tile splits its keys over the warpgroups (consumer_split).
   shapes.push_back(shape("tail_d64", 1, 4096, 4096, 1, 1, 64, 64));
-  // From 2048 query rows too: 2048 = 10·192 + 128, so the last tile's third slice lies wholly
-  // past the sequence and its warpgroup sits the tile out (kTailIdle), under every mask.
+  // From 2048 query rows too: 2048 = 10·192 + 128, so the last tile has two slices in the
+  // sequence and its third lies wholly past it (sm90/fwd_config.h, kTail), under every mask.
   shapes.push_back(shape("tail2_d64", 1, 2048, 2048, 1, 1, 64, 64));
   struct Feature {
     bool causal;
@@ -464,6 +464,14 @@ void mode_sanitize() {
   // run several tiles.
   c.s = shape("san_split_d64", 2, 1000, 300, 16, 4, 64, 64), c.causal = false;
   run_case(c);
+  // 1060 = 5·192 + 100 and 2048 = 10·192 + 128: the last q block has two slices in the sequence
+  // (kTail's other case), on CTAs that run several tiles; causal from 2048 query rows, where
+  // masked problems take the 192-row kernel.
+  c.s = shape("san_split2_d64", 2, 1060, 300, 16, 4, 64, 64);
+  run_case(c);
+  c.s = shape("san_split2_causal_d64", 1, 2048, 400, 4, 2, 64, 64), c.causal = true;
+  run_case(c);
+  c.causal = false;
   // The cases above run the last sm90 row of their head dim (sm90/fwd_config.h, kRow). Unmasked
   // and long enough for the first row at 128 and 256 (part of the softmax under the P·V in
   // flight); masked with more than 1024 keys for the second row at 256 (80-key blocks).

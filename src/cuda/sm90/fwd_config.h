@@ -66,11 +66,11 @@ inline constexpr bool kSm90FwdVarlen = true;
 // block of a length that is no multiple of kBlockM: of the 192-row tiles at every length of the
 // grid, 1024 = 5·192 + 64): kTailCompute computes them and drops the rows; kTailIdle lets their
 // warpgroups skip the tile's GEMMs (fwd_kernel.cuh, consumer_idle); kTailSplit also deals the key
-// blocks of a tile with one slice in the sequence, or with three warpgroups two, over all the
-// warpgroups, which then combine their partial softmax and O (consumer_split). Only the split
-// pays: a warpgroup's tile takes about as long alone as beside the others (the hdim-64
-// consumers are latency-bound), so idle slices alone save no time (kTailIdle is what the split
-// falls back on where a tile has too few key blocks). Elsewhere the tail code costs the other
+// blocks of a tile with one slice in the sequence over all the warpgroups, which then combine
+// their partial softmax and O (consumer_split). Only the split pays: a warpgroup's tile takes
+// about as long alone as beside the others (the hdim-64 consumers are latency-bound), so idle
+// slices alone save no time (kTailIdle is what the split falls back on where a tile has fewer
+// key blocks than warpgroups, or two slices left). Elsewhere the tail code costs the other
 // tiles (spills 20 -> 76 bytes at 128; at 256 −3 to −5% on long unmasked problems), and the
 // tiles there compute their tails (docs/PERF.md).
 inline constexpr int kEveryMasked = 1 << 30;

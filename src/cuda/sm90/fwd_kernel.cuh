@@ -7,7 +7,7 @@
 // online softmax in registers, O += P·V (wgmma, P from registers, V transposed by the
 // descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
 // `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). A tile's slices
-// past the sequence skip it (`consumer_idle`) or, with one or two slices left, split its keys
+// past the sequence skip it (`consumer_idle`) or, with one slice left, split its keys
 // (`consumer_split`), as FwdConfig::kTail says. Receives
 // validated FwdParams; does not choose tile sizes or launch.
 #pragma once
@@ -121,7 +121,7 @@ struct FwdKernel {
   // that waiting for a V stage to be released holds back no K load; else all from thread 0.
   static constexpr bool kSplitProducer = kSplitProducer_;
   // The slices of a tile past the sequence (sm90/fwd_config.h, kTail): computed, skipped
-  // (consumer_idle) or, where one or two slices are left, its keys split over the warpgroups
+  // (consumer_idle) or, where one slice is left, its keys split over the warpgroups
   // (consumer_split).
   static constexpr int kTail = kTail_;
   // The passes over S compiled in (common/mask.cuh): softcap and any mask (kPassesAll), or, on
@@ -189,9 +189,8 @@ struct FwdKernel {
   static constexpr int kNumBarriers = kBaseBarriers + (kOHalf ? 1 : 0);
   static constexpr int kTailBytes = 8 * kNumBarriers + kSlotBytes * kQStages;
   static constexpr int kOOffset = kQStages * kQBytes + 2 * kStages * kKVBytes;  // after Q, K, V
-  // kTailSplit: after the O buffer, kConsumerGroups − 1 sets of a partial softmax (m, l) and O,
-  // fp32, value-major: [set][value][thread] (split_value): one slice, warpgroup g's in set g − 1;
-  // two, warpgroup 2's of slice s in set s (consumer_split).
+  // kTailSplit: after the O buffer, the partial softmax (m, l) and O of every warpgroup but the
+  // first, fp32, value-major: [warpgroup - 1][value][thread] (consumer_split).
   static constexpr int kSplitValues = 4 + kHeadDim / 2;
   static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : kOHalf ? kPanels * kOHalfPanelBytes : 0);
   static constexpr int kSplitBytes =
@@ -223,12 +222,12 @@ struct FwdKernel {
   static constexpr int smem_bytes() { return kSmemBytes; }
   // Are the tiles drawn from a counter (Params::tile_counter) rather than dealt in the static
   // order? Where they differ in cost: under causal-like masks, and where the last q block's keys
-  // are split (split_slices: about half or two thirds of a tile's time). The static order deals tile idx to CTA
+  // are split (tile_split: about half a tile's time). The static order deals tile idx to CTA
   // idx % grid, so with a grid that is a multiple of the q blocks a head (132 CTAs, 6 q blocks
   // at 1k) the cheap tiles would all go to the same CTAs.
   static bool draws_tiles(const sm80::FwdParams& p) {
     const int rest = p.seqlen_q % kBlockM;
-    return LongestFirstScheduler::by_length(p.mask) || (kTail == kTailSplit && rest > 0 && rest <= kBlockM - 64);
+    return LongestFirstScheduler::by_length(p.mask) || (kTail == kTailSplit && rest > 0 && rest <= 64);
   }
   static dim3 block() { return dim3(kThreads); }
   // Persistent: at most one CTA per SM, each running tiles blockIdx.x, + gridDim.x, ...
@@ -411,23 +410,15 @@ struct FwdKernel {
   __device__ __forceinline__ static bool slice_idle(int group, const TileWork& w) {
     return kTail != kTailCompute && w.m0 + 64 * group >= w.sq;
   }
-  // The slices of the tile in the sequence when its key range is split over the warpgroups
-  // (consumer_split), else 0: one slice with at least one key block a warpgroup, or, with three
-  // warpgroups, two slices from three key blocks. The same for every warpgroup.
-  __device__ __forceinline__ static int split_slices(const TileWork& w) {
-    if (kTail != kTailSplit) return 0;
-    if (w.m0 + 64 >= w.sq) return w.n_blocks >= kConsumerGroups ? 1 : 0;
-    return kConsumerGroups == 3 && w.m0 + 128 >= w.sq && w.n_blocks >= 3 ? 2 : 0;
+  // Is the tile's key range split over the warpgroups (consumer_split): one slice in the
+  // sequence, and at least one key block for each warpgroup? The same for every warpgroup.
+  __device__ __forceinline__ static bool tile_split(const TileWork& w) {
+    return kTail == kTailSplit && w.m0 + 64 >= w.sq && w.n_blocks >= kConsumerGroups;
   }
-  // The split tile, each GEMM waited for at once, no ping-pong turns, every warpgroup's arrivals
-  // on every block's stages. One slice: warpgroup g computes its S, softmax and P·V over the key
-  // blocks g, g + G, g + 2G, ...; the first folds in the others' m, l and O (combine_split) and
-  // stores it. Two slices (three warpgroups): warpgroup 0 computes slice 0 over the blocks
-  // it % 3 != 1, warpgroup 1 slice 1 over it % 3 != 2, warpgroup 2 slice 0 of it % 3 == 1 and
-  // slice 1 of it % 3 == 2, the other slice's m, l and O parked in its set of the split buffer
-  // meanwhile: each block on two warpgroups, each warpgroup two blocks of three, so that the
-  // two-stage ring keeps all three busy; warpgroups 0 and 1 fold in the third's part of their
-  // slice and store it. With kNextS the next round's S_0 goes out in one turn.
+  // The split tile: warpgroup g computes the first slice's S, softmax and P·V over the key blocks
+  // g, g + G, g + 2G, ... (each GEMM waited for at once, no ping-pong turns), keeps its arrivals on
+  // the other blocks' stages, then the warpgroups combine their m, l and O through shared memory
+  // and the first stores the slice. With kNextS the next round's S_0 goes out in one turn.
   __device__ __forceinline__ static void consumer_split(const Params& p, int group, const Smem& sm,
                                                         const Barriers& b, const TileWork& w, int kv_base,
                                                         int round, float (&s)[kNT * 4]);
@@ -436,16 +427,9 @@ struct FwdKernel {
   __device__ __forceinline__ static void scores_to_p(const sm80::FwdParams& p, const TileWork& w, int it, int row0,
                                                      float (&s)[kNT * 4], OnlineSoftmax<1>& softmax,
                                                      float (&o3)[1][kOT][4], uint32_t (&p_frag)[kBlockN / 16][4]);
-  // The slices' m, l and O become the combination of every warpgroup's part (consumer_split):
-  // one slice: the others' sets folded into the first warpgroup's; two: warpgroup 2's set g into
-  // warpgroup g's.
-  __device__ __forceinline__ static void combine_split(const Smem& sm, int group, int slices, float score_log2,
+  // The first warpgroup's m, l and O become the combination of every warpgroup's (consumer_split).
+  __device__ __forceinline__ static void combine_split(const Smem& sm, int group, float score_log2,
                                                        OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]);
-  // Value v of this thread in set `set` of the split buffer (value-major: [set][value][thread]).
-  __device__ __forceinline__ static float& split_value(const Smem& sm, int set, int v) {
-    float* buf = reinterpret_cast<float*>(sm.base + kSplitOffset);
-    return buf[(set * kSplitValues + v) * kWarpGroupThreads + static_cast<int>(threadIdx.x) % kWarpGroupThreads];
-  }
   // An idle slice's tile: no GEMM of its own, only what the other warpgroups and the producer
   // count on: its arrivals on every K/V stage and on the Q buffer, as many ping-pong turns as a
   // computing warpgroup takes, and with kNextS the next round's S_0 in flight on exit.
@@ -539,7 +523,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       };
       if constexpr (kTail == kTailCompute) {
         compute();
-      } else if (split_slices(w) > 0) {
+      } else if (tile_split(w)) {
         consumer_split(params, group, sm, b, w, kv_base, round, s);
       } else if (slice_idle(group, w)) {
         consumer_idle(sm, group, b, w, kv_base, round, s);
@@ -1022,12 +1006,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   const sm80::FwdParams& p = params.prob;
   const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
   const int lane = tid % 32;
-  const int row_in_slice = 16 * (tid / 32) + lane / 4;  // a thread's rows within its slice
-  const int slices = split_slices(w);
+  const int row0 = w.m0 + 16 * (tid / 32) + lane / 4;  // the first slice's rows, in every warpgroup
 
-  // This round's S_0 (slice `group`, block 0) is the first S of the warpgroups with a slice of
-  // their own (block 0 is theirs); warpgroup 2's, or with one slice the others', is dropped.
-  if constexpr (kNextS) {
+  if constexpr (kNextS) {  // this round's S_0: the first warpgroup's first block; the others' is dropped
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
   }
@@ -1037,63 +1018,27 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
   OnlineSoftmax<1> softmax;
   softmax.init();
-  // Two slices: warpgroup 2's m, l and O of a slice to (store) or from its set of the buffer.
-  const auto park = [&](int slice, bool store) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float& m = split_value(sm, slice, h);
-      float& l = split_value(sm, slice, 2 + h);
-      if (store) {
-        m = softmax.row_max[0][h];
-        l = softmax.row_sum[0][h];
-      } else {
-        softmax.row_max[0][h] = m;
-        softmax.row_sum[0][h] = l;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kOT * 4; ++i) {
-      float& o = split_value(sm, slice, 4 + i);
-      if (store) {
-        o = acc_o[i];
-      } else {
-        acc_o[i] = o;
-      }
-    }
-  };
-  const bool parks = slices == 2 && group == 2;
-  if (parks) park(1, true);  // slice 1 starts empty; slice 0 starts in the registers
-  int held = 0;              // the slice in the registers
-
   for (int it = 0; it < w.n_blocks; ++it) {
     const int stage = stage_of(kv_base + it);
     const uint32_t phase = phase_of(kv_base + it);
     b.k_full(stage).wait(phase);
-    const int r = it % kConsumerGroups;
-    const bool mine = slices == 1 ? r == group : r != (group + 1) % 3;
-    if (!mine) {  // another warpgroup's block
+    if (it % kConsumerGroups != group) {  // another warpgroup's block
       if (lane == 0) b.k_empty(stage).arrive();
       b.v_full(stage).wait(phase);
       if (lane == 0) b.v_empty(stage).arrive();
       continue;
     }
-    const int slice = slices == 1 ? 0 : group < 2 ? group : r - 1;
-    if (parks && slice != held) {
-      park(held, true);
-      park(slice, false);
-      held = slice;
-    }
-    if (!kNextS || it > 0 || group >= slices) {
+    if (!kNextS || it > 0) {
       ptx::warpgroup_fence_operand(s);
       ptx::warpgroup_fence();
-      issue_s(sm, slice, w.q_stage, sm.k + stage * kKVBytes, s);
+      issue_s(sm, 0, w.q_stage, sm.k + stage * kKVBytes, s);
       ptx::warpgroup_commit();
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(s);
     }
     if (lane == 0) b.k_empty(stage).arrive();
     uint32_t p_frag[kBlockN / 16][4];
-    scores_to_p(p, w, it, w.m0 + 64 * slice + row_in_slice, s, softmax, o3, p_frag);
+    scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
     b.v_full(stage).wait(phase);
     const uint32_t v_base = sm.v + stage * kKVBytes;
     ptx::warpgroup_fence_operand(acc_o);
@@ -1104,11 +1049,10 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_fence_operand(acc_o);
     if (lane == 0) b.v_empty(stage).arrive();
   }
-  if (parks) park(held, true);
-  // Q read by every GEMM of this tile; with O staged in the Q buffer the storing warpgroups'
-  // stores release it instead.
-  if (group >= slices || q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
-  combine_split(sm, group, slices, p.score_log2, softmax, acc_o);
+  // Q read by every GEMM of this tile; with O staged in the Q buffer the first warpgroup's store
+  // releases it instead.
+  if (group > 0 || q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
+  combine_split(sm, group, p.score_log2, softmax, acc_o);
   if constexpr (kNextS) {
     const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + w.n_blocks);
     ptx::warpgroup_fence_operand(s);
@@ -1118,35 +1062,38 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_commit();
     pass_turn(group);
   }
-  if (group < slices) store_tile(params, group, sm, b, w, round, softmax, o3);
+  if (group == 0) store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
-// Every warpgroup holds its slice's rows in the same registers, so the combination is element by
-// element: M = max of the parts' m; l = sum of l·exp2((m − M)·c) (each lane's partial sum,
-// quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no part saw a key of keeps
-// M = −inf and l = 0. One slice: warpgroups 1 .. G − 1 write sets 0 .. G − 2, the first folds
-// them all in; two: warpgroup 2 has written sets 0 and 1 (consumer_split), warpgroup g folds in
-// set g.
+// Every warpgroup holds the same rows in the same registers (the first slice), so the combination
+// is element by element: M = max over the warpgroups of m; l = sum of l·exp2((m − M)·c) (each
+// lane's partial sum, quad-reduced later in finish()); O = sum of O·exp2((m − M)·c). A row no
+// warpgroup saw a key of keeps M = −inf and l = 0.
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::combine_split(
-    const Smem& sm, int group, int slices, float score_log2, OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]) {
-  if (slices == 1 && group > 0) {
+    const Smem& sm, int group, float score_log2, OnlineSoftmax<1>& softmax, float (&acc_o)[kOT * 4]) {
+  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
+  float* buf = reinterpret_cast<float*>(sm.base + kSplitOffset);
+  // Value v of warpgroup g > 0, thread tid.
+  const auto at = [&](int g, int v) -> float& {
+    return buf[((g - 1) * kSplitValues + v) * kWarpGroupThreads + tid];
+  };
+  if (group > 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      split_value(sm, group - 1, h) = softmax.row_max[0][h];
-      split_value(sm, group - 1, 2 + h) = softmax.row_sum[0][h];
+      at(group, h) = softmax.row_max[0][h];
+      at(group, 2 + h) = softmax.row_sum[0][h];
     }
 #pragma unroll
-    for (int i = 0; i < kOT * 4; ++i) split_value(sm, group - 1, 4 + i) = acc_o[i];
+    for (int i = 0; i < kOT * 4; ++i) at(group, 4 + i) = acc_o[i];
   }
   ptx::named_barrier_sync(kSplitBarrier, kConsumerGroups * kWarpGroupThreads);
-  if (group < slices) {
-    const int first = slices == 1 ? 0 : group;
-    const int last = slices == 1 ? kConsumerGroups - 2 : group;
+  if (group == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float m = softmax.row_max[0][h];
-      for (int k = first; k <= last; ++k) m = fmaxf(m, split_value(sm, k, h));
+#pragma unroll
+      for (int g = 1; g < kConsumerGroups; ++g) m = fmaxf(m, at(g, h));
       const float m_scaled = m == -INFINITY ? 0.f : m * score_log2;
       const float f0 = ptx::ex2_approx(softmax.row_max[0][h] * score_log2 - m_scaled);
       float l = softmax.row_sum[0][h] * f0;
@@ -1155,13 +1102,14 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
         acc_o[4 * ot + 2 * h] *= f0;
         acc_o[4 * ot + 2 * h + 1] *= f0;
       }
-      for (int k = first; k <= last; ++k) {
-        const float f = ptx::ex2_approx(split_value(sm, k, h) * score_log2 - m_scaled);
-        l = fmaf(split_value(sm, k, 2 + h), f, l);
+#pragma unroll
+      for (int g = 1; g < kConsumerGroups; ++g) {
+        const float f = ptx::ex2_approx(at(g, h) * score_log2 - m_scaled);
+        l = fmaf(at(g, 2 + h), f, l);
 #pragma unroll
         for (int ot = 0; ot < kOT; ++ot) {
-          acc_o[4 * ot + 2 * h] = fmaf(split_value(sm, k, 4 + 4 * ot + 2 * h), f, acc_o[4 * ot + 2 * h]);
-          acc_o[4 * ot + 2 * h + 1] = fmaf(split_value(sm, k, 4 + 4 * ot + 2 * h + 1), f, acc_o[4 * ot + 2 * h + 1]);
+          acc_o[4 * ot + 2 * h] = fmaf(at(g, 4 + 4 * ot + 2 * h), f, acc_o[4 * ot + 2 * h]);
+          acc_o[4 * ot + 2 * h + 1] = fmaf(at(g, 4 + 4 * ot + 2 * h + 1), f, acc_o[4 * ot + 2 * h + 1]);
         }
       }
       softmax.row_max[0][h] = m;

@@ -23,14 +23,7 @@ if [ ${#builds[@]} -lt 2 ]; then
   exit 2
 fi
 
-# step NAME SECONDS CMD...: CMD in the background with a time limit, its output in $LOGS/NAME.log
-# and its exit status and seconds in $LOGS/NAME.rc (as scripts/gpu_proof.sh).
-step() {
-  local name=$1 limit=$2; shift 2
-  ( local t0=$SECONDS
-    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-    echo "$? $((SECONDS - t0))" > "$LOGS/$name.rc" ) &
-}
+source scripts/gpu_steps.sh  # step, report_steps, BWD_SANITIZE_SHAPES
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 libs=()
@@ -47,9 +40,7 @@ for i in "${!builds[@]}"; do
   step "${name}_fwd_correct" 300 "${run[@]}" "$dir/check_fwd" correct "$FA_AWKWARD_SHAPES"
   step "${name}_fwd_determinism" 300 "${run[@]}" "$dir/check_fwd" determinism
   for tool in memcheck racecheck synccheck; do
-    # the backward's list in gpu_proof.sh: every head dim, kv tiles of one and of several steps
-    step "${name}_bwd_$tool" 300 "${run[@]}" \
-      FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8,q1050_k3,q203_k113,len113,q300_d256 \
+    step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$BWD_SANITIZE_SHAPES" \
       compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
     step "${name}_fwd_$tool" 300 "${run[@]}" \
       compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_fwd" sanitize
@@ -57,14 +48,7 @@ for i in "${!builds[@]}"; do
 done
 wait
 
-failed=()
-for rc in "$LOGS"/*.rc; do
-  [ -e "$rc" ] || continue
-  name=$(basename "$rc" .rc)
-  read -r code secs < "$rc"
-  printf '%-30s rc=%-3s %4ss  %s\n' "$name" "$code" "$secs" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-80)"
-  [ "$code" = 0 ] || failed+=("$name")
-done
+report_steps
 [ ${#failed[@]} = 0 ] || echo "failed: ${failed[*]} (timed anyway)"
 
 python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"

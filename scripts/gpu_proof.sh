@@ -29,14 +29,7 @@ export FA_AWKWARD_SHAPES=$PWD/tests/awkward_shapes.txt
 export LD_LIBRARY_PATH=$PWD/$BUILD/src:${LD_LIBRARY_PATH:-}
 steps=${*:-checks sanitize compact python cli bench}
 
-# step NAME SECONDS CMD...: runs CMD in the background with a time limit, its output in
-# $LOGS/NAME.log and its exit status in $LOGS/NAME.rc.
-step() {
-  local name=$1 limit=$2; shift 2
-  ( local t0=$SECONDS
-    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-    echo "$? $((SECONDS - t0))" > "$LOGS/$name.rc" ) &
-}
+source scripts/gpu_steps.sh  # step, report_steps, BWD_SANITIZE_SHAPES
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
 C=$BUILD/tests/cuda
@@ -54,10 +47,7 @@ for s in $steps; do
     sanitize)
       for tool in memcheck racecheck synccheck initcheck; do
         step "sanitize_fwd_$tool" 300 compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_fwd" sanitize
-        # len17, q1_k17 and d200_s33 run on the sm90 backward (head dims 64, 128, 256: dense),
-        # d_lt_dv and d256_dv8 on sm80; q203_k113, len113 and q300_d256 take a kv tile over two
-        # or more steps at 64, 128 and 256, q1050_k3 over seventeen at 128
-        FA_CHECK_SHAPE=len17,q1_k17,d200_s33,d_lt_dv,d256_dv8,q1050_k3,q203_k113,len113,q300_d256 step "sanitize_bwd_$tool" 300 \
+        FA_CHECK_SHAPE=$BWD_SANITIZE_SHAPES step "sanitize_bwd_$tool" 300 \
           compute-sanitizer --tool "$tool" --error-exitcode 1 "$C/check_bwd" small
       done ;;
     compact)
@@ -91,11 +81,5 @@ for s in $steps; do
 done
 wait
 
-failed=()
-for rc in "$LOGS"/*.rc; do
-  name=$(basename "$rc" .rc)
-  read -r code secs < "$rc"
-  printf '%-26s rc=%-3s %4ss  %s\n' "$name" "$code" "$secs" "$(tail -n 1 "$LOGS/$name.log" | cut -c1-90)"
-  [ "$code" = 0 ] || failed+=("$name")
-done
+report_steps
 [ ${#failed[@]} = 0 ] && echo "all steps passed" || { echo "failed: ${failed[*]}"; exit 1; }

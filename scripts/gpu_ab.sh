@@ -6,7 +6,8 @@
 #   scripts/gpu_ab.sh base=DIR new=DIR ... -- <bench_attn.py arguments>
 # DIR holds one build's libflashattn.so, check_bwd and check_fwd (from its src/ and tests/cuda/,
 # copied flat). Writes $OUT/ab.json and $OUT/logs.tgz. CHECKS=0 leaves the checks out;
-# ROUNDS (default 2) is ab.py's.
+# CHECK_OPS (default "fwd bwd") names the passes checked, for a change to one of them only;
+# ROUNDS (default 2) is ab.py's; NOTE goes into ab.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-ab}
@@ -24,6 +25,7 @@ if [ ${#builds[@]} -lt 2 ]; then
 fi
 
 source scripts/gpu_steps.sh  # step, report_steps, BWD_SANITIZE_SHAPES
+CHECK_OPS=${CHECK_OPS:-fwd bwd}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 libs=()
@@ -34,23 +36,29 @@ for i in "${!builds[@]}"; do
   libs+=("$name=$dir/libflashattn.so")
   if [ "$i" = 0 ] || [ "${CHECKS:-1}" = 0 ]; then continue; fi
   run=(env LD_LIBRARY_PATH="$dir" FLASHATTN_LIBRARY="$dir/libflashattn.so")
-  step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
-  step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
-  step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism
-  step "${name}_fwd_correct" 300 "${run[@]}" "$dir/check_fwd" correct "$FA_AWKWARD_SHAPES"
-  step "${name}_fwd_determinism" 300 "${run[@]}" "$dir/check_fwd" determinism
-  for tool in memcheck racecheck synccheck; do
-    step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$BWD_SANITIZE_SHAPES" \
-      compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
-    step "${name}_fwd_$tool" 300 "${run[@]}" \
-      compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_fwd" sanitize
-  done
+  if [[ " $CHECK_OPS " == *" bwd "* ]]; then
+    step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
+    step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
+    step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism
+    for tool in memcheck racecheck synccheck; do
+      step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$BWD_SANITIZE_SHAPES" \
+        compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
+    done
+  fi
+  if [[ " $CHECK_OPS " == *" fwd "* ]]; then
+    step "${name}_fwd_correct" 300 "${run[@]}" "$dir/check_fwd" correct "$FA_AWKWARD_SHAPES"
+    step "${name}_fwd_determinism" 300 "${run[@]}" "$dir/check_fwd" determinism
+    for tool in memcheck racecheck synccheck; do
+      step "${name}_fwd_$tool" 300 "${run[@]}" \
+        compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_fwd" sanitize
+    done
+  fi
 done
 wait
 
 report_steps
 [ ${#failed[@]} = 0 ] || echo "failed: ${failed[*]} (timed anyway)"
 
-python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"
+python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" --note "${NOTE:-}" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"
 ab=${PIPESTATUS[0]}
 [ ${#failed[@]} = 0 ] && exit "$ab" || exit 1

@@ -19,9 +19,8 @@ namespace fa::cuda::sm90 {
 // Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
 // D 128, BM 64; at D 64, BM 128 and at D 128, BM 80 ptxas serialises the wgmma for want of
 // registers. Shared memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS,
-// double-buffered) + BM·D·4 per fp32 dQ tile (two at 64: BwdKernel::kDqBuffers) + stages·BM·8.
-// Shapes follow the FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked
-// problems, else 64).
+// double-buffered) + BM·D·4 (the fp32 dQ tile) + stages·BM·8. Shapes follow the
+// FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked problems, else 64).
 // D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64, the two warpgroups
 // halve the head dim (BwdKernel::kSplitD).
 // Rows: each head dim has two kernels (kRow 0, 1); row 0 hands the problems it declines to row
@@ -40,7 +39,7 @@ namespace fa::cuda::sm90 {
 template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
 template <int kRow>
-struct BwdConfig<64, kRow> {  // 226 KiB (231,632 B with the work slots and barriers; two dQ tiles, no alignment pad)
+struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
   static_assert(kRow == 0 || kRow == 1, "two rows at 64");
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;

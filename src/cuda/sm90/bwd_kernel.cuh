@@ -43,22 +43,13 @@ namespace fa::cuda::sm90 {
 
 // Named barriers (id 0 is __syncthreads): ds_ready between the two consumer warpgroups;
 // dq_full (consumers arrive, the dQ writer waits) and dq_empty (the writer arrives, the
-// consumers wait) around the shared dQ tile; with two dQ tiles (kDqBuffers), dq_full_odd and
-// dq_empty_odd around the second, which the odd steps take (dq_full_of).
+// consumers wait) around the shared dQ tile.
 // Split-D (consumer_split_d): ds_ready after both warpgroups staged Pᵀ and dSᵀ (its dQ tile is
 // handed over by an mbarrier per stage instead: see kNumBarriers). The epilogue (epilogue):
 // kv_free (every consumer's last GEMMs landed: K, V and the dS buffers have no reader left, and
 // again once both warpgroups' dK and dV were read from shared memory), dkdv_staged + warpgroup
 // (its 128 threads wrote their dK and dV tiles).
-enum class BwdBarrier {
-  ds_ready = 1,
-  dq_full = 2,
-  dq_empty = 3,
-  kv_free = 4,
-  dkdv_staged = 5,  // and 6: one per consumer warpgroup
-  dq_full_odd = 7,
-  dq_empty_odd = 8,
-};
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5 };
 
 // threadIdx.x, read anew where called: what the consumers derive from it (fragment and
 // stmatrix addresses) is then computed per tile, not hoisted out of the tile loop and held, or
@@ -182,7 +173,6 @@ struct BwdKernel {
   static constexpr int kDqPanelCols = 32;
   static constexpr int kDqPanels = kHeadDim / kDqPanelCols;
   static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
-  static constexpr int kDqTileBytes = kDqPanels * kDqPanelBytes;
   static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
   // The epilogue's dK and dV tiles (16-bit, K and V's layout; store_dkdv_tma): split-D over K and
   // V (the next tile's K and V then load after them); else not over K and V, so that the next
@@ -194,21 +184,7 @@ struct BwdKernel {
   static constexpr bool kDvOverDq = !kSplitD && !kDvOverDS;
   static constexpr int kOffDk = kSplitD ? kOffK : kOffDS;
   static constexpr int kOffDv = kSplitD ? kOffV : kDvOverDS ? kOffDS + kKVBytes : kOffDQ;
-  // Bytes past the dQ tiles: LSE·log2e and D per stage, the work slots, the mbarriers.
-  static constexpr int kTailBytes = 2 * kStages * kBlockM * 4 + 2 * 64 + 8 * 16;
-  // dQ tiles in shared memory: two where they fit (global step n stores into tile n % 2, so a
-  // consumer's store waits for the writer's read of the tile two steps back, not of the one
-  // before: the wait the hdim-64 profile put first, docs/PERF.md), else one. Not where dV is
-  // staged over the tile (kDvOverDq) nor in split-D (its tiles lie over the stages).
-  // FA_SM90_BWD_DQ_BUFFERS=1 keeps one (for timing them against each other).
-#ifdef FA_SM90_BWD_DQ_BUFFERS
-  static constexpr int kDqBuffersMax = FA_SM90_BWD_DQ_BUFFERS;
-#else
-  static constexpr int kDqBuffersMax = 2;
-#endif
-  static constexpr int kDqBuffers =
-      !kSplitD && !kDvOverDq && kDqBuffersMax >= 2 && kOffDQ + 2 * kDqTileBytes + kTailBytes <= 227 * 1024 ? 2 : 1;
-  static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqBuffers * kDqTileBytes);
+  static constexpr int kOffLse = kOffDQ + (kSplitD ? 0 : kDqPanels * kDqPanelBytes);
   static constexpr int kOffDsum = kOffLse + kStages * kBlockM * 4;
   // The producer's hand-over of a tile: two slots of 64 bytes (a Steps each), by tile parity.
   static constexpr int kWorkSlotBytes = 64;
@@ -225,12 +201,8 @@ struct BwdKernel {
   static constexpr int kBarTileFull = kBarKvEmpty + 1;
   static constexpr int kBarTileEmpty = kBarTileFull + 2;
   static constexpr int kNumBarriers = kBarTileEmpty + 2;
-  // The pad that aligns the tiles to the swizzle atom at run time, reserved except with two dQ
-  // tiles, which need its bytes: they take the dynamic shared memory from its start, expected on
-  // a 1024-byte boundary on Hopper (after the 1 KiB the system reserves), which operator() checks.
-  static constexpr int kAlign = 1024;  // swizzle atom
-  static constexpr int kSmemPad = kDqBuffers == 2 ? 0 : kAlign;
-  static constexpr int kSmemBytes = kSmemPad + kOffBars + 8 * kNumBarriers;
+  static constexpr int kAlign = 1024;                    // swizzle atom
+  static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
 
   // The epilogue by TMA stores: each consumer warpgroup's dK and dV (64 kv rows; split-D: its
   // half of the columns) are staged at kOffDk, kOffDv, then go out in boxes of 64 rows x 64
@@ -281,7 +253,6 @@ struct BwdKernel {
   static_assert(!kSplitD || dq_panels_in_own_columns(), "split-D dQ panels over the warpgroup's own Q/dO panels");
   static_assert(kSplitD || kKVBytes <= 2 * kDSBytes, "dK staged over the dS buffers");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-  static_assert(kSmemBytes <= kSmemPad + kOffLse + kTailBytes, "kTailBytes covers what follows the dQ tiles");
   static_assert(kOffWork % 16 == 0, "work slots");
 
   static constexpr int smem_bytes() { return kSmemBytes; }
@@ -377,21 +348,11 @@ struct BwdKernel {
   __device__ __forceinline__ static void release_stage(uint64_t* bars, int stage) {
     SmemBarrier{bars + kBarEmpty + stage}.arrive();
   }
-  // The dQ tile of the CTA's global step n (n % kDqBuffers) and its two named barriers.
-  __device__ __forceinline__ static int dq_tile_offset(uint32_t n) {
-    return kOffDQ + static_cast<int>(n % kDqBuffers) * kDqTileBytes;
-  }
-  __device__ __forceinline__ static BwdBarrier dq_full_of(uint32_t n) {
-    return n % kDqBuffers != 0 ? BwdBarrier::dq_full_odd : BwdBarrier::dq_full;
-  }
-  __device__ __forceinline__ static BwdBarrier dq_empty_of(uint32_t n) {
-    return n % kDqBuffers != 0 ? BwdBarrier::dq_empty_odd : BwdBarrier::dq_empty;
-  }
-  // warpgroup:: scope. The dQ tile of global step n this thread stored is complete: generic-proxy
-  // writes, read by the bulk reduction (async proxy), so the fence comes before the arrival.
-  __device__ __forceinline__ static void dq_tile_ready(uint32_t n) {
+  // warpgroup:: scope. The dQ tile this thread stored is complete: generic-proxy writes, read by
+  // the bulk reduction (async proxy), so the fence comes before the arrival.
+  __device__ __forceinline__ static void dq_tile_ready() {
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_arrive(static_cast<int>(dq_full_of(n)), kDqSyncThreads);
+    ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
   }
   // Row of (query head h, query 0 of the batch) in dQ_accum [Hq, rows_q, dq_accum_pitch].
   __device__ __forceinline__ static int64_t dq_row(const sm80::BwdParams& p, const Steps& w, int h) {
@@ -528,12 +489,9 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::operator()(const Params& params,
                                                                         char* smem_raw) const {
-  // 1024-byte aligned tiles (the swizzle atom), then the work slots and the barriers. Where
-  // kSmemBytes reserves no pad (kSmemPad), a start off that boundary fails the launch here
-  // rather than overrun the allocation.
+  // 1024-byte aligned tiles (the swizzle atom), then the work slots and the barriers.
   const uint32_t raw = ptx::smem_u32(smem_raw);
   const uint32_t pad = (kAlign - (raw % kAlign)) % kAlign;
-  if (kSmemPad == 0 && pad != 0) __trap();
   char* smem = smem_raw + pad;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
   const int tid = static_cast<int>(threadIdx.x);
@@ -573,12 +531,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::ope
       }
       ring += static_cast<uint32_t>(w.steps);
     }
-    // The writer's hand-backs of the last dQ tiles: one a step, each taken before the store of
-    // step n + kDqBuffers (kDvOverDq: before a tile's dV is staged over it, in the epilogue).
-    if (!kSplitD && !kDvOverDq) {
-      for (uint32_t n = ring > kDqBuffers ? ring - kDqBuffers : 0; n < ring; ++n)
-        ptx::named_barrier_sync(static_cast<int>(dq_empty_of(n)), kDqSyncThreads);
-    }
+    // The writer's hand-back of the last dQ tile: one a step, each taken before the next store
+    // (kDvOverDq: before a tile's dV is staged over it, in the epilogue).
+    if (!kSplitD && !kDvOverDq && ring > 0)
+      ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
 }
 
@@ -735,7 +691,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
       if constexpr (kSplitD) {
         SmemBarrier{bars + kBarDqFull + stage}.wait((ring / kStages) & 1);
       } else {
-        ptx::named_barrier_sync(static_cast<int>(dq_full_of(ring)), kDqSyncThreads);
+        ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_full), kDqSyncThreads);
       }
       // Where the additions below are complete, this lane releases `release` by `released`.
       int* release = nullptr;
@@ -766,7 +722,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
         }
         for (int c = 0; c < kDqPanels; ++c) {
           const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
-          char* tile = smem + (kSplitD ? dq_panel_offset(stage, c) : dq_tile_offset(ring) + c * kDqPanelBytes);
+          char* tile = smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes);
           if (store)
             cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dq, coords, tile);
           else
@@ -777,7 +733,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
         if (kSplitD) SmemBarrier{bars + kBarEmpty + stage}.arrive();  // the stage, to the producer
       }
       __syncwarp();
-      if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(dq_empty_of(ring)), kDqSyncThreads);
+      if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
       // The ordered reduction: the next CTA in this q block's order may add once these writes are
       // complete in global memory; claims: the others may add once the stored tile is. The
       // buffer went back to the consumers at their read already.
@@ -1058,18 +1014,15 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   // it has read the previous one: 32-column panels in the accumulator's paired order
   // (store_dq_paired).
   const auto store_dq = [&](int s, const float (&acc_dq)[kDqAccum]) {
-    const uint32_t n = ring + s;  // the CTA's global step: its tile and barriers
-    // The writer has read this tile's previous contents, kDqBuffers steps back (with one tile
-    // and kDvOverDq: the previous step's; the tile's before, in its epilogue: see above).
-    if (kDvOverDq ? s > 0 : n >= kDqBuffers) consumer_sync(dq_empty_of(n), kDqSyncThreads);
-    char* tile = smem + dq_tile_offset(n);
+    if ((kDvOverDq ? s : ring + s) > 0)  // the previous step's, or tile's (epilogue: see above)
+      consumer_sync(BwdBarrier::dq_empty, kDqSyncThreads);
     if constexpr (kDqTransposed) {
-      store_dq_transposed(tile, acc_dq, dq_n0 + 16 * warp + g, t);
+      store_dq_transposed(smem + kOffDQ, acc_dq, dq_n0 + 16 * warp + g, t);
     } else {
-      store_dq_paired<kDqN>(tile + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
+      store_dq_paired<kDqN>(smem + kOffDQ + (dq_n0 / kDqPanelCols) * kDqPanelBytes + (dq_m0 + 16 * warp + g) * kRowBytes,
                             kDqPanelBytes, acc_dq, g, t);
     }
-    if (!kDqArriveLate) dq_tile_ready(n);
+    if (!kDqArriveLate) dq_tile_ready();
   };
 
   // Leading idle steps: no row of the step's q block sees a key of this warpgroup's 64 kv rows
@@ -1089,7 +1042,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
       const int stage = static_cast<int>((ring + s) % kStages);
       SmemBarrier{bars + kBarFull + stage}.wait(((ring + s) / kStages) & 1);
       if (kDkAcrossSteps && s > 0) release_stage(bars, (ring + s - 1) % kStages);
-      if (kDqArriveLate && s > 0) dq_tile_ready(ring + s - 1);
+      if (kDqArriveLate && s > 0) dq_tile_ready();
       // zeros for this warpgroup's dS panel (any order: no swizzle to follow)
       uint4* panel = reinterpret_cast<uint4*>(smem + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes);
 #pragma unroll
@@ -1153,7 +1106,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
     ptx::warpgroup_fence_operand(st);
-    if (kDqArriveLate && s > 0) dq_tile_ready(ring + s - 1);  // the previous step's, its stores long done
+    if (kDqArriveLate && s > 0) dq_tile_ready();  // the previous step's, its stores long done
 
     const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
     const bool full_tile = w.kv_rows == kBlockN && q0 + kBlockM <= sq &&
@@ -1211,7 +1164,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
       release_stage(bars, stage);  // Q, dO, LSE, D read
     }
   }
-  if (kDqArriveLate && w.steps > 0) dq_tile_ready(ring + w.steps - 1);  // the last step's
+  if (kDqArriveLate && w.steps > 0) dq_tile_ready();  // the last step's
   ptx::warpgroup_wait<0>();  // the last step's dK
   ptx::warpgroup_fence_operand(acc_dk);
   ptx::warpgroup_fence_operand(ds_flat);

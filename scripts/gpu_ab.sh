@@ -6,7 +6,8 @@
 #   scripts/gpu_ab.sh base=DIR new=DIR ... -- <bench_attn.py arguments>
 # DIR holds one build's libflashattn.so, check_bwd and check_fwd (from its src/ and tests/cuda/,
 # copied flat). Writes $OUT/ab.json and $OUT/logs.tgz. CHECKS=0 leaves the checks out;
-# CHECK_OPS (default "fwd bwd") names the passes checked, for a change to one of them only;
+# CHECK_OPS (default "fwd bwd") names the passes checked, for a change to one of them only, and
+# CHECK_OPS_<name> overrides it for the build <name>;
 # ROUNDS (default 2) is ab.py's; NOTE goes into ab.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,9 @@ for i in "${!builds[@]}"; do
   libs+=("$name=$dir/libflashattn.so")
   if [ "$i" = 0 ] || [ "${CHECKS:-1}" = 0 ]; then continue; fi
   run=(env LD_LIBRARY_PATH="$dir" FLASHATTN_LIBRARY="$dir/libflashattn.so")
-  if [[ " $CHECK_OPS " == *" bwd "* ]]; then
+  ops_of_build=CHECK_OPS_$name
+  ops=${!ops_of_build:-$CHECK_OPS}
+  if [[ " $ops " == *" bwd "* ]]; then
     step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
     step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
     step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism
@@ -45,7 +48,7 @@ for i in "${!builds[@]}"; do
         compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
     done
   fi
-  if [[ " $CHECK_OPS " == *" fwd "* ]]; then
+  if [[ " $ops " == *" fwd "* ]]; then
     step "${name}_fwd_correct" 300 "${run[@]}" "$dir/check_fwd" correct "$FA_AWKWARD_SHAPES"
     step "${name}_fwd_determinism" 300 "${run[@]}" "$dir/check_fwd" determinism
     for tool in memcheck racecheck synccheck; do

@@ -8,6 +8,7 @@
 # copied flat). Writes $OUT/ab.json and $OUT/logs.tgz. CHECKS=0 leaves the checks out;
 # CHECK_OPS (default "fwd bwd") names the passes checked, for a change to one of them only, and
 # CHECK_OPS_<name> overrides it for the build <name>;
+# CHECK_DET_HDIM limits check_bwd determinism to that head dim (default all three);
 # ROUNDS (default 2) is ab.py's; NOTE goes into ab.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ for i in "${!builds[@]}"; do
   if [[ " $ops " == *" bwd "* ]]; then
     step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
     step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
-    step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism
+    step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism ${CHECK_DET_HDIM:-}
     for tool in memcheck racecheck synccheck; do
       step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$BWD_SANITIZE_SHAPES" \
         compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small

@@ -9,6 +9,7 @@
 # CHECK_OPS (default "fwd bwd") names the passes checked, for a change to one of them only, and
 # CHECK_OPS_<name> overrides it for the build <name>;
 # CHECK_DET_HDIM limits check_bwd determinism to that head dim (default all three);
+# BWD_SANITIZE_EXTRA (comma-separated awkward shape names) adds to the backward's sanitizer shapes;
 # ROUNDS (default 2) is ab.py's; NOTE goes into ab.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ if [ ${#builds[@]} -lt 2 ]; then
 fi
 
 source scripts/gpu_steps.sh  # step, report_steps, BWD_SANITIZE_SHAPES
+sanitize_bwd=$BWD_SANITIZE_SHAPES${BWD_SANITIZE_EXTRA:+,$BWD_SANITIZE_EXTRA}
 CHECK_OPS=${CHECK_OPS:-fwd bwd}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
@@ -45,7 +47,7 @@ for i in "${!builds[@]}"; do
     step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
     step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism ${CHECK_DET_HDIM:-}
     for tool in memcheck racecheck synccheck; do
-      step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$BWD_SANITIZE_SHAPES" \
+      step "${name}_bwd_$tool" 300 "${run[@]}" FA_CHECK_SHAPE="$sanitize_bwd" \
         compute-sanitizer --tool "$tool" --error-exitcode 1 "$dir/check_bwd" small
     done
   fi

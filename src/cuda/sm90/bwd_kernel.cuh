@@ -119,14 +119,6 @@ struct BwdKernel {
   // them (Q and dO columns 128·group .. +127, 16 KiB each), and the writer warp adds it and
   // releases the stage (dq_panel_offset). consumer_split_d.
   static constexpr bool kSplitD = kBlockN_ == 64;
-  // Pairs (params.pair; the unmasked split-D kernel only): clusters of two CTAs on kv blocks 2j
-  // and 2j + 1 of a head (a second block past the keys runs on zero-filled K and V, its dK and
-  // dV clipped), whose tiles visit every q block in the same order. Each CTA's producer loads
-  // half the panels of every Q and dO stage by TMA multicast into both CTAs, so the pair reads
-  // each one from L2 once, and a stage is reloaded once both CTAs' writers released it (kBarEmpty
-  // then counts two arrivals, the partner's remote). The tiles are dealt (dealt_rounds), the
-  // same to both CTAs of a cluster; the dQ reductions stay per CTA. bwd_launch chooses it.
-  static constexpr bool kPairable = kSplitD && kUnmasked;
   // The rotated q-block order for unmasked problems (RotatedQOrder): 0 never, 1 in the ordered
   // reduction and with claims (rotated_order), 2 always (FA_SM90_BWD_ROTATE, for timing them
   // against each other).
@@ -285,10 +277,7 @@ struct BwdKernel {
     return kRotatedOrder == 2 || p.claims != nullptr;
   }
   // Are the tiles dealt in rounds of whole heads (the rotated order in the deterministic mode)?
-  // Pairs are dealt too: tile 2i + r of the grid's order goes to rank r of a cluster.
-  __host__ __device__ static bool dealt_rounds(const Params& p) {
-    return (p.rotated != 0 && p.prob.locks != nullptr) || (kPairable && p.pair != 0);
-  }
+  __host__ __device__ static bool dealt_rounds(const Params& p) { return p.rotated != 0 && p.prob.locks != nullptr; }
   static dim3 grid(const Params& p, int sm_count) {
     const int64_t tiles = num_tiles_of(p.prob);
     const int ctas = dealt_rounds(p) ? sm_count / p.prob.num_kv_blocks * p.prob.num_kv_blocks : sm_count;
@@ -327,9 +316,8 @@ struct BwdKernel {
   }
   static_assert(sizeof(Steps) <= kWorkSlotBytes, "a tile's hand-over fits its slot");
   // Tile idx's block and steps; false when the block starts past its batch's keys (varlen).
-  // Tile numbers are below 2^30 (can_implement), drawn ones below 2^30 + 2 · gridDim.x. pair:
-  // every q block of the batch (the unmasked problems pairs take), a block past the keys too.
-  __device__ __forceinline__ static bool decode(const sm80::BwdParams& p, bool rotate, bool pair, int idx, Steps& w);
+  // Tile numbers are below 2^30 (can_implement), drawn ones below 2^30 + 2 · gridDim.x.
+  __device__ __forceinline__ static bool decode(const sm80::BwdParams& p, bool rotate, int idx, Steps& w);
   // The hand-over of this CTA's tile number `tile` (its producer's `tile`-th), for the consumers
   // and the dQ writer: waits for the slot, copies it, releases it.
   __device__ __forceinline__ static Steps take_tile(char* smem, uint64_t* bars, int tile) {
@@ -450,8 +438,8 @@ struct BwdKernel {
 };
 
 template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
-__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::decode(const sm80::BwdParams& p, bool rotate,
-                                                                                 bool pair, int idx, Steps& w) {
+__device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::decode(const sm80::BwdParams& p, bool rotate, int idx,
+                                                                     Steps& w) {
   // kv block fastest (the CTAs running at once share their head's Q and dO in L2); ascending
   // (causal: the longest tiles of a head first), or in the deterministic mode descending: there
   // the dQ tiles of a q block are added from the highest kv block down, so every tile waits only
@@ -480,15 +468,15 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   }
   const int sq = w.sq, sk = w.sk;
   w.kv0 = w.kv_block * kBlockN;
-  if (w.kv0 >= sk && !pair) return false;  // varlen: this batch's keys end earlier
-  w.kv_rows = max(0, min(kBlockN, sk - w.kv0));
+  if (w.kv0 >= sk) return false;  // varlen: this batch's keys end earlier
+  w.kv_rows = min(kBlockN, sk - w.kv0);
 
   // Query rows that see some key of this block: [row_lo, row_hi) (key_begin/key_end monotone);
   // the q blocks covering them, for each query head of the group (q block fastest).
   const fa::Mask mask = mask_of(p);
   const int kv0 = w.kv0, kv_end = w.kv0 + w.kv_rows;
-  const int row_lo = pair ? 0 : first_row(sq, [&](int r) { return mask.key_end(r, sq, sk) > kv0; });
-  const int row_hi = pair ? sq : first_row(sq, [&](int r) { return mask.key_begin(r, sq, sk) >= kv_end; });
+  const int row_lo = first_row(sq, [&](int r) { return mask.key_end(r, sq, sk) > kv0; });
+  const int row_hi = first_row(sq, [&](int r) { return mask.key_begin(r, sq, sk) >= kv_end; });
   w.qb_first = row_lo / kBlockM;
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
@@ -507,14 +495,13 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::ope
   char* smem = smem_raw + pad;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kOffBars);
   const int tid = static_cast<int>(threadIdx.x);
-  const bool pair = kPairable && params.pair != 0;
   if (tid == 0) {
     SmemBarrier{bars + kBarKvFull}.init(1);
     for (int s = 0; s < kStages; ++s) {
       SmemBarrier{bars + kBarFull + s}.init(32);  // the producer warp's lanes
       // every consumer thread (release_stage); split-D: the writer, once it has read the dQ
-      // tile there (pairs: both CTAs' writers)
-      SmemBarrier{bars + kBarEmpty + s}.init(kSplitD ? (pair ? 2 : 1) : kConsumerThreads);
+      // tile there
+      SmemBarrier{bars + kBarEmpty + s}.init(kSplitD ? 1 : kConsumerThreads);
       if (kSplitD) SmemBarrier{bars + kBarDqFull + s}.init(kConsumerThreads);
     }
     SmemBarrier{bars + kBarKvEmpty}.init(1);  // one consumer thread, once K and V are free
@@ -524,17 +511,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::ope
     }
     ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
   }
-  // Pairs: the partner's barriers are initialised before this CTA's multicasts and remote
-  // arrivals reach them, and no CTA leaves while its partner may still arrive on its barriers.
-  const auto cluster_sync = [] {
-    ::cuda::ptx::barrier_cluster_arrive(::cuda::ptx::sem_release);
-    ::cuda::ptx::barrier_cluster_wait(::cuda::ptx::sem_acquire);
-  };
-  if (pair) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   const WarpGroupRole role = static_cast<WarpGroupRole>(tid / kWarpGroupThreads);
   if (role == WarpGroupRole::producer) {
@@ -559,7 +536,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::ope
     if (!kSplitD && !kDvOverDq && ring > 0)
       ptx::named_barrier_sync(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);
   }
-  if (pair) cluster_sync();
 }
 
 // warp:: scope (the producer warp). Per tile: draw it (the first is blockIdx.x, each next
@@ -581,8 +557,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   int idx = static_cast<int>(blockIdx.x);
   const bool rotate = params.rotated != 0;
   const bool dealt = dealt_rounds(params);
-  const bool pair = kPairable && params.pair != 0;
-  const uint32_t rank = pair ? ::cuda::ptx::get_sreg_cluster_ctarank() : 0;
   const auto draw = [&] {
     if (dealt) {
       idx += static_cast<int>(gridDim.x);
@@ -595,7 +569,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   for (int tile = 0;; ++tile) {
     Steps w;
     bool any = false;
-    while (idx < num_tiles && !(any = decode(p, rotate, pair, idx, w))) draw();
+    while (idx < num_tiles && !(any = decode(p, rotate, idx, w))) draw();
     if (!any) w.kv_block = -1;  // none left
     // The slot's readers released its previous tile (a fresh barrier's "previous phase" counts
     // as complete).
@@ -643,30 +617,18 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
         dsum_r[i] = in ? dsum[r] : 0.f;
       }
       // The consumers released this stage (parity of the previous round; a fresh barrier's
-      // "previous phase" counts as complete); pairs: both CTAs' writers, one by a remote arrival.
-      if (pair) {
-        empty.wait_cluster(phase ^ 1);
-      } else {
-        empty.wait(phase ^ 1);
-      }
+      // "previous phase" counts as complete).
+      empty.wait(phase ^ 1);
       if (lane == 0) {
-        full.expect_tx(2 * kQBytes);  // pairs: half of it from the partner's multicasts
+        full.expect_tx(2 * kQBytes);
         for (int c = 0; c < kPanels; ++c) {
           const int32_t coords[4] = {c * kPanelCols, w.q_first + q0, h, w.map_b};
-          char* q_dst = smem + kOffQ + stage * kQBytes + c * kQPanelBytes;
-          char* do_dst = smem + kOffDO + stage * kQBytes + c * kQPanelBytes;
-          if (!pair) {
-            ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, q_dst,
-                                              &params.tm_q, coords, full.bar);
-            ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, do_dst,
-                                              &params.tm_do, coords, full.bar);
-          } else if (c % 2 == static_cast<int>(rank)) {  // into both CTAs, the same offsets
-            constexpr uint16_t kBoth = 0b11;
-            ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, q_dst,
-                                              &params.tm_q, coords, full.bar, kBoth);
-            ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, do_dst,
-                                              &params.tm_do, coords, full.bar, kBoth);
-          }
+          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                            smem + kOffQ + stage * kQBytes + c * kQPanelBytes, &params.tm_q,
+                                            coords, full.bar);
+          ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
+                                            smem + kOffDO + stage * kQBytes + c * kQPanelBytes, &params.tm_do,
+                                            coords, full.bar);
         }
       }
       float* lse_s = reinterpret_cast<float*>(smem + kOffLse) + stage * kBlockM;
@@ -709,19 +671,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
   namespace cp = ::cuda::ptx;
   const sm80::BwdParams& p = params.prob;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const bool pair = kPairable && params.pair != 0;
-  // Pairs: the partner's kBarEmpty of each stage, where this writer releases it as well.
-  uint64_t* partner_empty = nullptr;
-  if (pair) {
-    partner_empty = static_cast<uint64_t*>(
-        __cluster_map_shared_rank(bars + kBarEmpty, ::cuda::ptx::get_sreg_cluster_ctarank() ^ 1));
-  }
   uint32_t ring = 0;
   for (int tile = 0;; ++tile) {
     const Steps w = take_tile(smem, bars, tile);
     if (w.kv_block < 0) break;
-    // A pair's block past the keys adds nothing (its dQ is zero only where dS is finite).
-    const bool phantom = w.kv_rows == 0;
     // The counter of step s's (query head, q block) in p.locks / p.claims.
     const auto block_of = [&](int s) {
       return (int64_t(w.b) * p.heads_q + w.hk * p.group + s / w.n_qb) * p.num_q_blocks + step_qb(w, s);
@@ -767,7 +720,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
             cp::fence_proxy_async(cp::space_global);
           }
         }
-        for (int c = 0; c < kDqPanels && !phantom; ++c) {
+        for (int c = 0; c < kDqPanels; ++c) {
           const int32_t coords[4] = {c * kDqPanelCols, w.q_first + q0, w.map_b, h};
           char* tile = smem + (kSplitD ? dq_panel_offset(stage, c) : kOffDQ + c * kDqPanelBytes);
           if (store)
@@ -778,10 +731,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
         cp::cp_async_bulk_commit_group();
         cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // the tile was read: the buffer is free
         if (kSplitD) SmemBarrier{bars + kBarEmpty + stage}.arrive();  // the stage, to the producer
-        if (pair) {  // and to the partner's, whose multicasts write into this CTA's stage too
-          ::cuda::ptx::mbarrier_arrive(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster, ::cuda::ptx::space_cluster,
-                                       partner_empty + stage);
-        }
       }
       __syncwarp();
       if (!kSplitD) ptx::named_barrier_arrive(static_cast<int>(BwdBarrier::dq_empty), kDqSyncThreads);

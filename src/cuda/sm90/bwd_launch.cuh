@@ -3,8 +3,6 @@
 // no workspace layout here (launch/bwd.cu owns both).
 #pragma once
 
-#include <atomic>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -105,60 +103,6 @@ std::string bwd_can_implement(const sm80::BwdParams& p, int smem_optin) {
   return why;
 }
 
-// Pairs (BwdKernel::kPairable): dense unmasked problems in the unordered reduction without
-// claims, whose tiles all visit every q block in one ascending order, in clusters of two CTAs,
-// as many clusters as can be resident. False where it declines (the caller launches without).
-// FLASHATTN_SM90_BWD_PAIR=0 turns pairs off, for comparing the two in one process.
-template <class K>
-bool launch_pairs(BwdParams full, cudaStream_t stream) {
-  const sm80::BwdParams p = full.prob;
-  static const bool off = [] {
-    const char* v = std::getenv("FLASHATTN_SM90_BWD_PAIR");
-    return v != nullptr && std::string(v) == "0";
-  }();
-  if (off || full.rotated != 0 || p.locks != nullptr || p.claims != nullptr || p.cu_seqlens_q != nullptr ||
-      !p.mask.none() || p.num_kv_blocks < 1)
-    return false;
-  // An odd count of kv blocks takes one block past the keys, a whole tile of work: below 32
-  // blocks that costs more than the shared loads save.
-  if (p.num_kv_blocks % 2 != 0 && p.num_kv_blocks < 32) return false;
-  full.pair = 1;
-  full.prob.num_kv_blocks += full.prob.num_kv_blocks % 2;  // a last block past the keys
-  const int64_t tiles = K::num_tiles_of(full.prob);
-  if (tiles > (int64_t{1} << 30)) return false;  // as bwd_can_implement, with that block
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(2);
-  config.blockDim = K::block();
-  config.dynamicSmemBytes = static_cast<size_t>(K::smem_bytes());
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  // Resident clusters, asked once per device (0: not asked yet, -1: none fit; devices past 63
-  // ask at every call).
-  static std::atomic<int> resident[64] = {};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  int clusters = device < 64 ? resident[device].load(std::memory_order_relaxed) : 0;
-  if (clusters == 0) {
-    if (cudaOccupancyMaxActiveClusters(&clusters, &kernel_entry<K>, &config) != cudaSuccess || clusters < 1) {
-      (void)cudaGetLastError();
-      clusters = -1;
-    }
-    if (device < 64) resident[device].store(clusters, std::memory_order_relaxed);
-  }
-  if (clusters < 1) return false;
-  const int64_t pairs = tiles / 2;
-  config.gridDim = dim3(static_cast<unsigned>(2 * (pairs < clusters ? pairs : clusters)));
-  check(cudaLaunchKernelEx(&config, &kernel_entry<K>, full), "sm90 backward (clusters of two)");
-  check_launch("sm90 backward");
-  return true;
-}
-
 // One launch of kernel class K with full (its grid on sm_count multiprocessors); checked.
 template <class K>
 void launch_bwd_kernel(BwdParams full, int sm_count, cudaStream_t stream) {
@@ -166,10 +110,6 @@ void launch_bwd_kernel(BwdParams full, int sm_count, cudaStream_t stream) {
   const int smem = K::smem_bytes();
   set_smem_limit_once<K>(smem);
   full.rotated = K::rotated_order(full.prob, sm_count) ? 1 : 0;
-  full.pair = 0;
-  if constexpr (K::kPairable) {
-    if (launch_pairs<K>(full, stream)) return;
-  }
   if (K::dealt_rounds(full)) {
     // The deterministic rotated order needs every CTA of the grid resident at once
     // (rotated_order): a cooperative launch guarantees that or is refused, and refused (fewer

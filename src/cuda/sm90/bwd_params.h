@@ -31,9 +31,6 @@ struct BwdParams {
   // 1: the q blocks of every tile go in RotatedQOrder (BwdKernel::rotated_order); in the
   // deterministic mode the tiles are then dealt out in rounds of whole heads, not drawn.
   int rotated;
-  // 1: clusters of two CTAs on kv blocks 2j, 2j + 1 sharing Q and dO by multicast
-  // (BwdKernel::kPairable; bwd_launch); prob.num_kv_blocks then rounded up to even.
-  int pair;
 };
 
 }  // namespace fa::cuda::sm90

@@ -74,11 +74,6 @@ struct SmemBarrier {
     while (!::cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
     }
   }
-  // As wait, acquiring at cluster scope: for a barrier other CTAs of the cluster arrive on.
-  __device__ __forceinline__ void wait_cluster(uint32_t parity) const {
-    while (!::cuda::ptx::mbarrier_try_wait_parity(::cuda::ptx::sem_acquire, ::cuda::ptx::scope_cluster, bar, parity)) {
-    }
-  }
   __device__ __forceinline__ void arrive() const { (void)::cuda::ptx::mbarrier_arrive(bar); }
   // Adds `bytes` to the transaction count of the current phase without arriving.
   __device__ __forceinline__ void expect_tx(uint32_t bytes) const {

@@ -10,7 +10,8 @@
 # CHECK_OPS_<name> overrides it for the build <name>;
 # CHECK_DET_HDIM limits check_bwd determinism to that head dim (default all three);
 # BWD_SANITIZE_EXTRA (comma-separated awkward shape names) adds to the backward's sanitizer shapes;
-# ROUNDS (default 2) is ab.py's; NOTE goes into ab.json.
+# ROUNDS (default 2) is ab.py's; NOTE goes into ab.json, followed by each build's commits where
+# its folder has ab_builds.sh's CHANGES (the first build's HEAD is then the file's commit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn-ab}
@@ -33,11 +34,19 @@ CHECK_OPS=${CHECK_OPS:-fwd bwd}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 libs=()
+built=""
 for i in "${!builds[@]}"; do
   name=${builds[$i]%%=*}
   dir=$(cd "${builds[$i]#*=}" && pwd) || exit 2
   ln -sf libflashattn.so "$dir/libflashattn.so.0"  # the check programs' DT_NEEDED
   libs+=("$name=$dir/libflashattn.so")
+  # ab_builds.sh's CHANGES names each build's commits; the results file takes them (the copy of
+  # .git on the GPU machine may be older than the tree it came with).
+  if [ -f "$dir/CHANGES" ]; then
+    made=$(head -1 "$dir/CHANGES")
+    [ "$i" = 0 ] && export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$(echo "$made" | awk '{print $2}')}
+    built+="$name: $made; "
+  fi
   if [ "$i" = 0 ] || [ "${CHECKS:-1}" = 0 ]; then continue; fi
   run=(env LD_LIBRARY_PATH="$dir" FLASHATTN_LIBRARY="$dir/libflashattn.so")
   ops_of_build=CHECK_OPS_$name
@@ -65,6 +74,6 @@ wait
 report_steps
 [ ${#failed[@]} = 0 ] || echo "failed: ${failed[*]} (timed anyway)"
 
-python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" --note "${NOTE:-}" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"
+python3 bench/ab.py --json "$OUT/ab.json" --rounds "${ROUNDS:-2}" --note "${NOTE:-}${NOTE:+ }${built%; }" "${libs[@]}" -- "$@" 2>&1 | tee "$LOGS/ab.log"
 ab=${PIPESTATUS[0]}
 [ ${#failed[@]} = 0 ] && exit "$ab" || exit 1

@@ -271,25 +271,6 @@ struct FwdKernel {
     if constexpr (kPasses == kPassesDense) return n0 + kBlockN > sk;
     return !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
   }
-  // The first key blocks of tile w that some row of warpgroup `group`'s 64-row slice sees: where
-  // a causal or sliding-window diagonal cuts the tile, its last blocks can lie past every key of
-  // the first slices (a 192-row tile over 128-key blocks, 80-key blocks under 128 rows), and
-  // those warpgroups skip them (consumer_overlapped). At least 1: block 0's S may be in flight.
-  __device__ __forceinline__ static int slice_blocks(const sm80::FwdParams& p, int group, const TileWork& w) {
-    if constexpr (kPasses == kPassesDense) {
-      return w.n_blocks;
-    } else {
-      const int last_row = min(w.m0 + 64 * group + 63, w.sq - 1);
-      int64_t key_hi;
-      if constexpr (kPasses == kPassesAll) {
-        key_hi = p.mask.key_end(last_row, w.sq, w.sk);
-      } else {
-        key_hi = fixed_mask<kPasses>().key_end(last_row, w.sq, w.sk);
-      }
-      const int64_t seen = (key_hi + kBlockN - 1) / kBlockN - w.nb_begin;
-      return static_cast<int>(seen < 1 ? 1 : seen < w.n_blocks ? seen : w.n_blocks);
-    }
-  }
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
   // q-blocks see more keys), where tiles go longest first within L2-sized groups of (batch, head)
   // pairs and a last group that covers the grid (LongestFirstScheduler::tile_by_length).
@@ -859,7 +840,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   const int t = lane % 4;
   const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
   const int n_blocks = w.n_blocks;
-  const int n_own = slice_blocks(p, group, w);  // blocks n_own .. n_blocks − 1: skipped
 
   // O starts from its first P·V's zero-accumulate flag, not from moves, which would define a
   // wgmma accumulator while this tile's S_0 is in flight.
@@ -919,12 +899,12 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     }
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(st0).arrive();
-    if (n_own == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
+    if (n_blocks == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     scores_rest(alpha);
     pack_p();
 
-    for (int it = 1; it < n_own; ++it) {
+    for (int it = 1; it < n_blocks; ++it) {
       const int stage = stage_of(kv_base + it);
       const int prev = stage_of(kv_base + it - 1);
       b.k_full(stage).wait(phase_of(kv_base + it));
@@ -942,7 +922,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
       if (lane == 0) b.k_empty(stage).arrive();
-      if (it + 1 == n_own && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
+      if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
@@ -961,51 +941,27 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       }
       pack_p();
     }
-    // O += P_last·V_last (the slice's last block), then with kNextS the next round's S_0 once its
-    // Q and first K block are in (the P·V runs meanwhile), in this turn or, where the slice skips
-    // blocks, in the turn of the last one.
-    const int last = stage_of(kv_base + n_own - 1);
-    b.v_full(last).wait(phase_of(kv_base + n_own - 1));
+    // O += P_last·V_last, then with kNextS the next round's S_0 once its Q and first K block
+    // are in (the P·V runs meanwhile).
+    const int last = stage_of(kv_base + n_blocks - 1);
+    b.v_full(last).wait(phase_of(kv_base + n_blocks - 1));
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
     ptx::warpgroup_fence_operand(s);
     wait_turn(group);
     ptx::warpgroup_fence();
-    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_own == 1);
+    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_blocks == 1);
     ptx::warpgroup_commit();
-    const bool next_s_here = kNextS && n_own == n_blocks;
-    if (next_s_here) {
+    if constexpr (kNextS) {
       const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
       issue_s(sm, group, (round + 1) % kQStages, next_k, s);
       ptx::warpgroup_commit();
     }
     pass_turn(group);
-    if (next_s_here) {
-      ptx::warpgroup_wait<1>();  // the P·V landed (the next S_0 runs on)
-    } else {
-      ptx::warpgroup_wait<0>();
-    }
+    ptx::warpgroup_wait<kNextS ? 1 : 0>();  // the P·V landed (the next S_0 runs on)
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
     if (lane == 0) b.v_empty(last).arrive();
-    // The skipped blocks: no GEMM; their arrivals and turns as the computing warpgroups'.
-    for (int it = n_own; it < n_blocks; ++it) {
-      const int st = stage_of(kv_base + it);
-      const uint32_t ph = phase_of(kv_base + it);
-      b.k_full(st).wait(ph);
-      if (lane == 0) b.k_empty(st).arrive();
-      b.v_full(st).wait(ph);
-      if (lane == 0) b.v_empty(st).arrive();
-      ptx::warpgroup_fence_operand(s);
-      wait_turn(group);
-      if (kNextS && it + 1 == n_blocks) {
-        ptx::warpgroup_fence();
-        const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
-        issue_s(sm, group, (round + 1) % kQStages, next_k, s);
-        ptx::warpgroup_commit();
-      }
-      pass_turn(group);
-    }
   } else {
 #pragma unroll
     for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)

@@ -303,6 +303,10 @@ void mode_correct(const std::string& shapes_file) {
   // From 2048 query rows too: 2048 = 10·192 + 128, so the last tile has two slices in the
   // sequence and its third lies wholly past it (sm90/fwd_config.h, kTail), under every mask.
   shapes.push_back(shape("tail2_d64", 1, 2048, 2048, 1, 1, 64, 64));
+  // Masked rows whose tiles a diagonal cuts past the first slices: hdim 256 above 1024 keys
+  // (80-key blocks under 128 rows), hdim 64's 192-row tiles with Sq != Sk.
+  shapes.push_back(shape("mid_d256", 1, 1300, 1300, 2, 1, 256, 256));
+  shapes.push_back(shape("sq_gt_sk_d64", 1, 2200, 1900, 2, 1, 64, 64));
   struct Feature {
     bool causal;
     int64_t wl, wr;

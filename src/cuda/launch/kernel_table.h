@@ -29,15 +29,15 @@ enum class Direction { fwd, bwd };
 #endif
 inline constexpr const char* kSm90FwdDeclines = FA_SM90_FWD_DECLINES;
 // The first sm90 row of a head dim also hands some problems to its next row (sm90/fwd_config.h,
-// kRow): at 64 masked ones below 1024 query rows (128-row tiles), at 128 and 256 masked ones and
+// kRow): at 64 masked ones below 2048 query rows (128-row tiles), at 128 and 256 masked ones and
 // those with fewer keys than 4096 / 2048 (the softmax wholly after the P·V's wait); the second
 // row at 256 those of at most 1024 keys (64-key blocks).
-inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 1024 query rows";
+inline constexpr const char* kSm90Fwd64Declines = FA_SM90_FWD_DECLINES "; masked, below 2048 query rows";
 inline constexpr const char* kSm90Fwd128Declines = FA_SM90_FWD_DECLINES "; masked; fewer than 4096 keys";
 inline constexpr const char* kSm90Fwd256Declines = FA_SM90_FWD_DECLINES "; masked; fewer than 2048 keys";
 inline constexpr const char* kSm90Fwd256Row1Declines = FA_SM90_FWD_DECLINES "; at most 1024 keys";
 #if defined(FA_HAVE_SM90)
-static_assert(sm90::FwdConfig<64>::kNextRowMaskedBelow == 1024 && sm90::FwdConfig<64>::kNextRowKeysBelow == 0,
+static_assert(sm90::FwdConfig<64>::kNextRowMaskedBelow == 2048 && sm90::FwdConfig<64>::kNextRowKeysBelow == 0,
               "kSm90Fwd64Declines names the thresholds");
 static_assert(sm90::FwdConfig<128>::kNextRowMaskedBelow == sm90::kEveryMasked &&
                   sm90::FwdConfig<128>::kNextRowKeysBelow == 4096,

@@ -45,9 +45,8 @@ inline constexpr bool kSm90FwdVarlen = true;
 // than kNextRowKeysBelow keys to row r + 1 (0: none; kEveryMasked: all masked problems), and the
 // last row takes what reaches it. At 64 the second row has smaller tiles (a 192-row tile cuts
 // the diagonal coarsely and leaves fewer tiles than multiprocessors: the 192-row kernel lost 6%
-// at causal 1k, gained 4–5% at 2k, docs/PERF.md; since its first slices skip the diagonal's
-// last block (FwdKernel::slice_blocks), 10% of its work at causal 1k, it takes 1k too) and no
-// ping-pong (+1–2% on its short masked tiles); at 128 and 256 it has the same tiles and runs the
+// at causal 1k, gained 4–5% at 2k, docs/PERF.md) and no ping-pong (+1–2% on its short masked
+// tiles); at 128 and 256 it has the same tiles and runs the
 // whole softmax after the P·V's wait (kRowsUnderPv 0), which is faster on short tiles and
 // masked blocks; at 256 a third row runs 64-key blocks for at most 1024 keys
 // (80-key blocks pad 512 keys to 560, and that row has room to stage O apart from Q).
@@ -83,7 +82,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
   static constexpr bool kOverlap = FA_SM90_OVERLAP(true);
   static constexpr bool kPingPong = FA_SM90_PINGPONG(true);
-  static constexpr int kNextRowMaskedBelow = 1024, kNextRowKeysBelow = 0;
+  static constexpr int kNextRowMaskedBelow = 2048, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
   static constexpr int kRowsUnderPv = 0;

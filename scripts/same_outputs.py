@@ -47,7 +47,7 @@ def compare(a_path, b_path):
     bad = [k for k in a if not (torch.equal(a[k][0], b[k][0]) and torch.equal(a[k][1], b[k][1]))]
     print(f"{len(a)} problems, {len(bad)} differ bitwise")
     for k in bad[:10]:
-        print("  ", k, "max |dO|", (a[k][0].float() - b[k][0].float()).abs().max().item())
+        print("  ", k, "max |O difference|", (a[k][0].float() - b[k][0].float()).abs().max().item())
     return 1 if bad else 0
 
 

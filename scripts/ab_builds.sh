@@ -52,4 +52,4 @@ for spec in "$@"; do
 done
 tar cJf "$out/libs.tar.xz" -C "$out" "${names[@]}"
 ls -l "$out/libs.tar.xz"
-(cd "$out" && sha256sum */libflashattn.so)
+(cd "$out" && for n in "${names[@]}"; do sha256sum "$n/libflashattn.so"; done)

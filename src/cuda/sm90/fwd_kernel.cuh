@@ -271,6 +271,29 @@ struct FwdKernel {
     if constexpr (kPasses == kPassesDense) return n0 + kBlockN > sk;
     return !(n0 + kBlockN <= sk && w.full_lo <= n0 && w.full_hi >= n0 + kBlockN);
   }
+  // The first key blocks of tile w that some row of warpgroup `group`'s 64-row slice sees: where
+  // a causal or sliding-window diagonal cuts the tile, its last block can lie past every key of
+  // the first slices, and those warpgroups skip it (consumer_overlapped). At least n_blocks − 1
+  // (a diagonal of slope 1 moves less than a block over a slice) and 1 (block 0's S may be in
+  // flight). Only where causal tiles have such blocks with Sq = Sk (kSkipBlocks): 192 rows over
+  // 128-key blocks, 80- or 64-key blocks under 128 rows; at 128 rows over 128 keys, none.
+  static constexpr bool kSkipBlocks = kBlockM > kBlockN || kBlockN % 64 != 0;
+  __device__ __forceinline__ static int slice_blocks(const sm80::FwdParams& p, int group, const TileWork& w) {
+    if constexpr (kPasses == kPassesDense || !kSkipBlocks) {
+      return w.n_blocks;
+    } else {
+      const int last_row = min(w.m0 + 64 * group + 63, w.sq - 1);
+      int64_t key_hi;
+      if constexpr (kPasses == kPassesAll) {
+        key_hi = p.mask.key_end(last_row, w.sq, w.sk);
+      } else {
+        key_hi = fixed_mask<kPasses>().key_end(last_row, w.sq, w.sk);
+      }
+      const int64_t seen = (key_hi + kBlockN - 1) / kBlockN - w.nb_begin;
+      const int lo = w.n_blocks > 1 ? w.n_blocks - 1 : 1;
+      return static_cast<int>(seen < lo ? lo : seen < w.n_blocks ? seen : w.n_blocks);
+    }
+  }
   // Tile idx: (batch, head)-major for the K/V reuse in L2, except under causal-like masks (later
   // q-blocks see more keys), where tiles go longest first within L2-sized groups of (batch, head)
   // pairs and a last group that covers the grid (LongestFirstScheduler::tile_by_length).
@@ -840,6 +863,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   const int t = lane % 4;
   const int row0 = w.m0 + 64 * group + 16 * warp + g;  // sequence row of d[4i], d[4i+1]
   const int n_blocks = w.n_blocks;
+  const int n_own = slice_blocks(p, group, w);  // block n_own (if < n_blocks): skipped
 
   // O starts from its first P·V's zero-accumulate flag, not from moves, which would define a
   // wgmma accumulator while this tile's S_0 is in flight.
@@ -899,12 +923,12 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     }
     ptx::warpgroup_fence_operand(s);
     if (lane == 0) b.k_empty(st0).arrive();
-    if (n_blocks == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
+    if (n_own == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     scores_rest(alpha);
     pack_p();
 
-    for (int it = 1; it < n_blocks; ++it) {
+    for (int it = 1; it < n_own; ++it) {
       const int stage = stage_of(kv_base + it);
       const int prev = stage_of(kv_base + it - 1);
       b.k_full(stage).wait(phase_of(kv_base + it));
@@ -922,7 +946,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
       if (lane == 0) b.k_empty(stage).arrive();
-      if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
+      if (it + 1 == n_own && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
@@ -941,17 +965,28 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       }
       pack_p();
     }
-    // O += P_last·V_last, then with kNextS the next round's S_0 once its Q and first K block
-    // are in (the P·V runs meanwhile).
-    const int last = stage_of(kv_base + n_blocks - 1);
-    b.v_full(last).wait(phase_of(kv_base + n_blocks - 1));
+    // O += P_last·V_last (the slice's last block), then with kNextS the next round's S_0 once its
+    // Q and first K block are in (the P·V runs meanwhile). A skipped block takes its turn between
+    // the two, with no GEMM: its arrivals as the computing warpgroups'.
+    const int last = stage_of(kv_base + n_own - 1);
+    b.v_full(last).wait(phase_of(kv_base + n_own - 1));
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
     ptx::warpgroup_fence_operand(s);
     wait_turn(group);
     ptx::warpgroup_fence();
-    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_blocks == 1);
+    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_own == 1);
     ptx::warpgroup_commit();
+    if (n_own < n_blocks) {
+      pass_turn(group);
+      const int st = stage_of(kv_base + n_own);
+      const uint32_t ph = phase_of(kv_base + n_own);
+      b.k_full(st).wait(ph);
+      if (lane == 0) b.k_empty(st).arrive();
+      b.v_full(st).wait(ph);
+      if (lane == 0) b.v_empty(st).arrive();
+      wait_turn(group);
+    }
     if constexpr (kNextS) {
       const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
       issue_s(sm, group, (round + 1) % kQStages, next_k, s);

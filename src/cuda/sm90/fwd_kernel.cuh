@@ -201,7 +201,7 @@ struct FwdKernel {
   // panel at its leading offset from the V stage (V is one 64-column panel: D 64); every element
   // is one, so the panel's swizzle does not matter. Not on three warpgroups: at 160 registers a
   // thread the four more accumulators spill (the own-passes kernels 0 → about 150 bytes).
-  static constexpr bool kRowSumByMma = kFwdRowSumByMma<kHeadDim> && kOverlap;
+  static constexpr bool kRowSumByMma = kFwdRowSumByMma<kHeadDim> && kOverlap && kConsumerGroups == 2;
   static_assert(!kRowSumByMma || kPanels == 1, "the ones panel sits at the V stage's leading offset");
   static constexpr int kOnesOffset = kSplitOffset + kSplitBytes;
   static constexpr int kOnesBytes = kRowSumByMma ? kKVPanelBytes : 0;

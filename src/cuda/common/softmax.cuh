@@ -105,10 +105,8 @@ struct OnlineSoftmax {
     }
   }
 
-  // Quad-reduces l (kLaneSums; else row_sum already holds each row's whole sum in every lane);
-  // returns per row 1/l (0 for a row that saw no key) and the natural LSE
+  // Quad-reduces l; returns per row 1/l (0 for a row that saw no key) and the natural LSE
   // = ln2·(m·score_log2 + log2 l)  (−inf for a row that saw no key).
-  template <bool kLaneSums = true>
   __device__ __forceinline__ void finish(float score_log2, float (&inv_l)[kMT][2],
                                          float (&lse)[kMT][2]) {
     constexpr float kLn2 = 0.6931471805599453f;
@@ -117,10 +115,8 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float l = row_sum[mt][h];
-        if constexpr (kLaneSums) {
-          l += __shfl_xor_sync(0xffffffffu, l, 1);
-          l += __shfl_xor_sync(0xffffffffu, l, 2);
-        }
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
         const bool seen = l != 0.f;  // l >= 0; a NaN l (NaN input) stays NaN in O and LSE
         inv_l[mt][h] = seen ? 1.f / l : 0.f;
         lse[mt][h] = seen ? (row_max[mt][h] * score_log2 + ptx::lg2_approx(l)) * kLn2 : -INFINITY;

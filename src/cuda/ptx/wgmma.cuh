@@ -177,44 +177,6 @@ __device__ __forceinline__ void warpgroup_mma_m64n64k16_rs(float (&d)[32], const
   }
 }
 
-// wgmma.mma_async.sync.aligned.m64n72k16.f32.{bf16,f16}.{bf16,f16}
-//     d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-b;   (A from registers, sm_90a)
-// The sm90 forward's P·V at head dim 64 with eight more columns of B, all ones, whose
-// accumulators carry rowsum(P) (fwd_kernel.cuh, kRowSumByMma).
-template <bool kIsBf16, int kTransB>
-__device__ __forceinline__ void warpgroup_mma_m64n72k16_rs(float (&d)[36], const uint32_t (&a)[4],
-                                                          uint64_t desc_b, int accumulate) {
-  if constexpr (kIsBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, "
-        "{%36, %37, %38, %39}, %40, p, 1, 1, %42;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, "
-        "{%36, %37, %38, %39}, %40, p, 1, 1, %42;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB));
-  }
-}
-
 // wgmma.mma_async.sync.aligned.m64n80k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
 template <bool kIsBf16, int kTransB, int kTransA = 0>
@@ -539,14 +501,12 @@ __device__ __forceinline__ void warpgroup_mma_rs(float (&d)[kN / 2], const uint3
                                                  uint64_t desc_b, int accumulate) {
   if constexpr (kN == 64) {
     warpgroup_mma_m64n64k16_rs<kIsBf16, kTransB>(d, a, desc_b, accumulate);
-  } else if constexpr (kN == 72) {
-    warpgroup_mma_m64n72k16_rs<kIsBf16, kTransB>(d, a, desc_b, accumulate);
   } else if constexpr (kN == 128) {
     warpgroup_mma_m64n128k16_rs<kIsBf16, kTransB>(d, a, desc_b, accumulate);
   } else if constexpr (kN == 256) {
     warpgroup_mma_m64n256k16_rs<kIsBf16, kTransB>(d, a, desc_b, accumulate);
   } else {
-    static_assert(kN == 64 || kN == 72 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
+    static_assert(kN == 64 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
   }
 }
 

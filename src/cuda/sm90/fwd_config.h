@@ -138,14 +138,6 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
 template <int kHeadDim>
 inline constexpr bool kFwdLazyRescale = kHeadDim == 256 || kHeadDim == 64;
 
-// The row sums of P by the tensor cores (fwd_kernel.cuh, kRowSumByMma): the overlapped
-// consumer's P·V runs eight columns wider, over a shared-memory panel of ones, so its
-// accumulators carry l = rowsum(P) (rescaled with O) and the softmax drops its 64 additions a
-// block. Head dim 64 only: its P·V is n64 → n72, within one wgmma, and its consumers are bound by
-// issue, not by the tensor pipe (docs/PERF.md); on its two-warpgroup kernels (FwdKernel).
-template <int kHeadDim>
-inline constexpr bool kFwdRowSumByMma = kHeadDim == 64;
-
 // Problems without a softcap, dense or causal, on instantiations of their own passes
 // (FwdKernel::kPasses, common/mask.cuh: no softcap pass; only the keys' end, or the causal mask
 // as a constant), where kFwdOwnPasses says (fwd_launch picks them; varlen keeps the general one).

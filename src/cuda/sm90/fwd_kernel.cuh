@@ -195,18 +195,7 @@ struct FwdKernel {
   static constexpr int kSplitOffset = kOOffset + (kOBuffer ? kQBytes : kOHalf ? kPanels * kOHalfPanelBytes : 0);
   static constexpr int kSplitBytes =
       kTail == kTailSplit ? (kConsumerGroups - 1) * kSplitValues * kWarpGroupThreads * 4 : 0;
-  // kRowSumByMma (fwd_config.h, kFwdRowSumByMma; the overlapped schedule): the P·V runs eight
-  // columns wider, over a panel of kBlockN rows of ones after the split values, so that its
-  // accumulators' last n8 chunk carries l = rowsum(P), rescaled with O. The wgmma reads that
-  // panel at its leading offset from the V stage (V is one 64-column panel: D 64); every element
-  // is one, so the panel's swizzle does not matter. Not on three warpgroups: at 160 registers a
-  // thread the four more accumulators spill (the own-passes kernels 0 → about 150 bytes).
-  static constexpr bool kRowSumByMma = kFwdRowSumByMma<kHeadDim> && kOverlap && kConsumerGroups == 2;
-  static_assert(!kRowSumByMma || kPanels == 1, "the ones panel sits at the V stage's leading offset");
-  static constexpr int kOnesOffset = kSplitOffset + kSplitBytes;
-  static constexpr int kOnesBytes = kRowSumByMma ? kKVPanelBytes : 0;
-  static_assert(kOnesOffset % kAlign == 0, "the ones panel on a swizzle atom");
-  static constexpr int kTileBytes = kOnesOffset + kOnesBytes;
+  static constexpr int kTileBytes = kSplitOffset + kSplitBytes;
   static constexpr int kSmemBytes = kAlign + kTileBytes + kTailBytes;
   static_assert(kSmemBytes <= kMaxSmem, "shared memory");
   // The overlapped schedule issues the next round's first Q·Kᵀ with this tile's last P·V, so
@@ -224,7 +213,6 @@ struct FwdKernel {
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
-  static constexpr int kOAcc = kOT + (kRowSumByMma ? 1 : 0);  // of the overlapped P·V's accumulator
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockM == 64 * kConsumerGroups && (kConsumerGroups == 2 || kConsumerGroups == 3),
@@ -418,20 +406,9 @@ struct FwdKernel {
                                                              int round, float (&s)[kNT * 4]);
   // O += P·V issued (not committed) for one warpgroup, V at v_base (a K/V ring stage): MN-major
   // (the transpose bit; leading offset = bytes between 64-column panels, k16 step = 16 rows of
-  // 128 bytes). first: O starts from this product (the first k16 step does not accumulate). With
-  // kChunks = kOT + 1 (kRowSumByMma) the last n8 chunk is P·1, read from the ones panel at
-  // `ones`, the leading offset from v_base.
-  template <int kChunks>
+  // 128 bytes). first: O starts from this product (the first k16 step does not accumulate).
   __device__ __forceinline__ static void issue_pv(uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4],
-                                                  float (&acc_o)[kChunks * 4], bool first, uint32_t ones = 0) {
-    static_assert(kChunks == kOT || (kRowSumByMma && kChunks == kOT + 1), "O's chunks, and l's");
-    const uint32_t lead = kChunks > kOT ? ones - v_base : kKVPanelBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, lead, 1024);
-      ptx::warpgroup_mma_rs<kChunks * 8, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
-    }
-  }
+                                                  float (&acc_o)[kOT * 4], bool first);
   // P (the softmax's S, exponentiated in place) as the A operand of P·V: k16 step kk takes n8
   // chunks 2kk and 2kk + 1.
   __device__ __forceinline__ static void pack_p_frag(const float (&s3)[1][kNT][4],
@@ -490,9 +467,7 @@ struct FwdKernel {
   }
   // O = O / l and LSE of the warpgroup's 64 rows: by TMA from the staging buffer (o_by_tma; when
   // that is the tile's Q buffer, released here once read), else by plain stores from the
-  // accumulators. round: the CTA's round (kOHalf numbers its stores by it). kLaneSums: the
-  // softmax's l are lane partial sums (OnlineSoftmax::finish), else whole rows (kRowSumByMma).
-  template <bool kLaneSums = true>
+  // accumulators. round: the CTA's round (kOHalf numbers its stores by it).
   __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
                                                     const Barriers& b, const TileWork& w, int round,
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
@@ -513,12 +488,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   sm.work = reinterpret_cast<TileWork*>(sm.base + kTileBytes + 8 * kNumBarriers);
 
   const int tid = static_cast<int>(threadIdx.x);
-  if constexpr (kRowSumByMma) {  // the panel of ones, read by the consumers' wgmma (async proxy)
-    constexpr uint32_t kOnes = kIsBf16 ? 0x3F803F80u : 0x3C003C00u;
-    uint4* ones = reinterpret_cast<uint4*>(sm.base + kOnesOffset);
-    for (int i = tid; i < kOnesBytes / 16; i += kThreads) ones[i] = make_uint4(kOnes, kOnes, kOnes, kOnes);
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-  }
   if (tid == 0) {
     for (int q = 0; q < kQStages; ++q) {
       b.q_full(q).init(1);
@@ -734,7 +703,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     wait_turn(group);
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
-    issue_pv<kOT>(v_base, p_frag, acc_o, false);
+    issue_pv(v_base, p_frag, acc_o, false);
     ptx::warpgroup_commit();
     pass_turn(group);
     ptx::warpgroup_wait<0>();
@@ -745,7 +714,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
-template <bool kLaneSums>
 __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::store_tile(
     const Params& params, int group, const Smem& sm, const Barriers& b, const TileWork& w, int round,
     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]) {
@@ -760,7 +728,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   // O = O / l, LSE = ln2·(m·score_log2 + log2 l); rows that saw no key: 0 and -inf.
   float inv_l[1][2];
   float lse[1][2];
-  softmax.template finish<kLaneSums>(p.score_log2, inv_l, lse);
+  softmax.finish(p.score_log2, inv_l, lse);
 
   using T = typename Storage<kIsBf16>::type;
   const int64_t batch = w.tile.batch;
@@ -837,9 +805,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 // (lazy rescaling, kFwdLazyRescale) the row keeps m_old (alpha = 1, O left as it is) unless
 // rowmax(S) exceeds it by more than kLazyRescaleLog2 in the exponent, so P ≤ 2^kLazyRescaleLog2:
 // O, l and the LSE only need P, l and m to agree, and bf16 / fp16 P keeps its relative precision
-// at that size. Without kSum l is left alone (kRowSumByMma: the P·V sums P).
+// at that size.
 inline constexpr float kLazyRescaleLog2 = 8.f;
-template <bool kLazy, int kNT, int kRowBegin = 0, int kRowEnd = 2, bool kSum = true>
+template <bool kLazy, int kNT, int kRowBegin = 0, int kRowEnd = 2>
 __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, float (&s)[1][kNT][4],
                                                       float score_log2, float (&alpha)[2]) {
 #pragma unroll
@@ -866,10 +834,10 @@ __device__ __forceinline__ void warp_softmax_deferred(OnlineSoftmax<1>& sm, floa
       for (int e = 0; e < 2; ++e) {
         const float pv = ptx::ex2_approx(fmaf(s[0][nt][2 * h + e], score_log2, -m_scaled));
         s[0][nt][2 * h + e] = pv;
-        if constexpr (kSum) sum += pv;
+        sum += pv;
       }
     }
-    if constexpr (kSum) sm.row_sum[0][h] = fmaf(sm.row_sum[0][h], alpha[h], sum);
+    sm.row_sum[0][h] = fmaf(sm.row_sum[0][h], alpha[h], sum);
   }
 }
 
@@ -899,11 +867,8 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
 
   // O starts from its first P·V's zero-accumulate flag, not from moves, which would define a
   // wgmma accumulator while this tile's S_0 is in flight.
-  // With kRowSumByMma a last n8 chunk carries l (its columns 2t, 2t + 1: the whole row's sum).
-  float acc_o[kOAcc * 4];
+  float acc_o[kOT * 4];
   auto& o3 = reinterpret_cast<float(&)[1][kOT][4]>(acc_o);
-  auto& oa3 = reinterpret_cast<float(&)[1][kOAcc][4]>(acc_o);
-  const uint32_t ones = sm.q + kOnesOffset;
   OnlineSoftmax<1> softmax;
   softmax.init();
   auto& s3 = reinterpret_cast<float(&)[1][kNT][4]>(s);
@@ -924,9 +889,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
         mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
-        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv, !kRowSumByMma>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
-        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv, !kRowSumByMma>(softmax, s3, p.score_log2, alpha);
+        warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
       if (partial) mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
@@ -934,7 +899,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   };
   // The rows of the softmax after the P·V's wait.
   const auto scores_rest = [&](float (&alpha)[2]) {
-    warp_softmax_deferred<kLazy, kNT, kRowsUnderPv, 2, !kRowSumByMma>(softmax, s3, p.score_log2, alpha);
+    warp_softmax_deferred<kLazy, kNT, kRowsUnderPv, 2>(softmax, s3, p.score_log2, alpha);
   };
   const auto pack_p = [&]() { pack_p_frag(s3, p_frag); };
 
@@ -975,7 +940,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence();
       issue_qk(stage);  // S_it = Q·K_itᵀ
       ptx::warpgroup_commit();
-      issue_pv<kOAcc>(sm.v + prev * kKVBytes, p_frag, acc_o, it == 1, ones);  // O += P_{it-1}·V_{it-1}
+      issue_pv(sm.v + prev * kKVBytes, p_frag, acc_o, it == 1);  // O += P_{it-1}·V_{it-1}
       ptx::warpgroup_commit();
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
@@ -988,15 +953,14 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_fence_operand(p_flat);
       if (lane == 0) b.v_empty(prev).arrive();
       scores_rest(alpha);
-      // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none),
-      // and with kRowSumByMma l = alpha·l
+      // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none)
       if (!kLazy || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int ot = 0; ot < kOAcc; ++ot)
+        for (int ot = 0; ot < kOT; ++ot)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            oa3[0][ot][2 * h] *= alpha[h];
-            oa3[0][ot][2 * h + 1] *= alpha[h];
+            o3[0][ot][2 * h] *= alpha[h];
+            o3[0][ot][2 * h + 1] *= alpha[h];
           }
       }
       pack_p();
@@ -1011,7 +975,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_fence_operand(s);
     wait_turn(group);
     ptx::warpgroup_fence();
-    issue_pv<kOAcc>(sm.v + last * kKVBytes, p_frag, acc_o, n_own == 1, ones);
+    issue_pv(sm.v + last * kKVBytes, p_frag, acc_o, n_own == 1);
     ptx::warpgroup_commit();
     if (n_own < n_blocks) {
       pass_turn(group);
@@ -1035,7 +999,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     if (lane == 0) b.v_empty(last).arrive();
   } else {
 #pragma unroll
-    for (int i = 0; i < kOAcc * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)
+    for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)
     if constexpr (kNextS) {  // the next round's S_0, in the turn the last P·V would have taken
       const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base);
       ptx::warpgroup_fence_operand(s);
@@ -1046,11 +1010,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       pass_turn(group);
     }
   }
-  if constexpr (kRowSumByMma) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) softmax.row_sum[0][h] = oa3[0][kOT][2 * h];
-  }
-  store_tile<!kRowSumByMma>(params, group, sm, b, w, round, softmax, o3);
+  store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
@@ -1118,7 +1078,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     const uint32_t v_base = sm.v + stage * kKVBytes;
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence();
-    issue_pv<kOT>(v_base, p_frag, acc_o, false);
+    issue_pv(v_base, p_frag, acc_o, false);
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
@@ -1237,6 +1197,16 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   } else if (kOverlap && n_blocks > 0) {
     wait_turn(group);
     pass_turn(group);
+  }
+}
+
+template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
+__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::issue_pv(
+    uint32_t v_base, const uint32_t (&p_frag)[kBlockN / 16][4], float (&acc_o)[kOT * 4], bool first) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t db = ptx::make_smem_desc_sw128(v_base, kk * 16 * kRowBytes, kKVPanelBytes, 1024);
+    ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_o, p_frag[kk], db, first && kk == 0 ? 0 : 1);
   }
 }
 

@@ -307,10 +307,6 @@ void mode_correct(const std::string& shapes_file) {
   // (80-key blocks under 128 rows), hdim 64's 192-row tiles with Sq != Sk.
   shapes.push_back(shape("mid_d256", 1, 1300, 1300, 2, 1, 256, 256));
   shapes.push_back(shape("sq_gt_sk_d64", 1, 2200, 1900, 2, 1, 64, 64));
-  // A dense hdim-128 problem of 136 tiles: on a 132-SM grid a last round of 4, whose 20 key
-  // blocks go two to a CTA (FwdKernel::kSplitLast), so each tile ends in the third CTA holding a
-  // part of it; its second q block has 72 rows.
-  shapes.push_back(shape("split_d128", 2, 200, 600, 34, 2, 128, 128));
   struct Feature {
     bool causal;
     int64_t wl, wr;

@@ -8,8 +8,7 @@
 // descriptor). Two consumer schedules: `consumer` (each GEMM waited for at once) and
 // `consumer_overlapped` (kOverlap); either can take ping-pong turns (kPingPong). A tile's slices
 // past the sequence skip it (`consumer_idle`) or, with one slice left, split its keys
-// (`consumer_split`), as FwdConfig::kTail says. The last round of a static order can be shared
-// over the grid by key blocks (kSplitLast). Receives
+// (`consumer_split`), as FwdConfig::kTail says. Receives
 // validated FwdParams; does not choose tile sizes or launch.
 #pragma once
 
@@ -26,7 +25,6 @@
 #include "cuda/common/tile_scheduler.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/named_barrier.cuh"
-#include "cuda/ptx/red.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/stmatrix.cuh"
 #include "cuda/ptx/wgmma.cuh"
@@ -215,14 +213,6 @@ struct FwdKernel {
 
   static constexpr int kNT = kBlockN / 8;  // n8 chunks of S
   static constexpr int kOT = kHeadDim / 8;  // n8 chunks of O
-  // The last round shared over the grid (FwdParams::split_*): on the overlapped schedule with O
-  // staged apart (a tile part that is not stored keeps the staging buffer's order as it is), dense
-  // batches, tails computed. A part that goes on in the next CTA leaves m, l (lane sums) and O
-  // per thread, value-major ([value][thread] floats a warpgroup, kPartValues values); the part
-  // that ends the tile combines them with its own, as consumer_split does through shared memory.
-  static constexpr bool kSplitLast = kHeadDim == 128 && kOverlap && kOBuffer && !kVarlen && kTail == kTailCompute;
-  static constexpr int kPartValues = 4 + kOT * 4;
-  static constexpr int kPartWhole = 0, kPartGoesOn = 1, kPartEnds = 2;
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockM == 64 * kConsumerGroups && (kConsumerGroups == 2 || kConsumerGroups == 3),
@@ -263,7 +253,6 @@ struct FwdKernel {
     int full_lo;
     int full_hi;
   };
-  static_assert(sizeof(TileWork) <= kSlotBytes, "a tile slot holds a TileWork");
   // The element mask of a partial block: the problem's, or on the instantiations of one mask
   // (their problems have that mask) that mask as a compile-time constant, so that the compiler
   // folds its arithmetic. The general one reads p.mask in place: through a copy (one mask_of
@@ -342,47 +331,6 @@ struct FwdKernel {
     w.full_lo = static_cast<int>(kb_last < sk ? kb_last : sk);
     w.full_hi = static_cast<int>(p.mask.key_end(w.m0, sq, sk));
     return w;
-  }
-  // The rounds before the shared last round (static order: round r deals tiles [r·G, (r+1)·G)),
-  // or -1 where there is none.
-  __device__ __forceinline__ static int split_round(const Params& params) {
-    return kSplitLast && params.split_ctas > 0 ? params.split_from / static_cast<int>(gridDim.x) : -1;
-  }
-  // This CTA's k-th part of the shared last round: key blocks [b0, b1) of tile split_from + tile
-  // (b1 = 0: none). Its units [u0, u1) cover at most two tiles (the host keeps a share under one
-  // tile): first the part of the later tile, which starts it and goes on in the next CTA, so that
-  // no CTA waits before it has left its own part for the CTA after it; then the part that ends
-  // the earlier tile. The producer and the consumers both compute it (the consumers after their
-  // key loop, from the round, so that it holds no register in the loop).
-  struct SplitPart {
-    int tile, b0, b1;
-    int part;     // kPartWhole, kPartGoesOn (left in this CTA's slot 0) or kPartEnds
-    int part_lo;  // kPartEnds: the first CTA holding a part of the tile (the rest up to this one)
-  };
-  __device__ __forceinline__ static SplitPart split_part(const Params& params, int k) {
-    SplitPart sp{0, 0, 0, kPartWhole, 0};
-    // 32-bit: the host keeps (ctas + 1) · units below 2^32.
-    const uint32_t c = blockIdx.x;
-    const uint32_t ctas = params.split_ctas;
-    const uint32_t units = params.split_units;
-    const uint32_t nb = params.split_blocks;
-    if (c >= ctas) return sp;
-    const uint32_t u0 = c * units / ctas;
-    const uint32_t u1 = (c + 1) * units / ctas;
-    const uint32_t t_first = u0 / nb;
-    const uint32_t t_last = (u1 - 1) / nb;
-    if (u1 <= u0 || k > (t_last != t_first ? 1 : 0)) return sp;
-    const uint32_t t = k == 0 ? t_last : t_first;
-    sp.tile = static_cast<int>(t);
-    sp.b0 = static_cast<int>(max(u0, t * nb) - t * nb);
-    sp.b1 = static_cast<int>(min(u1, (t + 1) * nb) - t * nb);
-    sp.part = sp.b1 < static_cast<int>(nb) ? kPartGoesOn : sp.b0 > 0 ? kPartEnds : kPartWhole;
-    // The CTA whose units hold the tile's first block: the largest c' with u0(c') <= t·nb.
-    uint32_t lo = t * nb * ctas / units;
-    while (lo + 1 < ctas && (lo + 1) * units / ctas <= t * nb) ++lo;
-    while (lo > 0 && lo * units / ctas > t * nb) --lo;
-    sp.part_lo = static_cast<int>(lo);
-    return sp;
   }
 
   // The mbarriers: per Q stage q: [q] q_full, [Q + q] q_empty; then per K/V stage s (after
@@ -523,19 +471,6 @@ struct FwdKernel {
   __device__ __forceinline__ static void store_tile(const Params& params, int group, const Smem& sm,
                                                     const Barriers& b, const TileWork& w, int round,
                                                     OnlineSoftmax<1>& softmax, float (&o3)[1][kOT][4]);
-  // kSplitLast: the warpgroup's m, lane sums of l and O into slot `which` of this CTA (0: a part
-  // that goes on, read by the CTA that ends its tile, then its flag; 1: the part that ends one).
-  __device__ __forceinline__ static float* part_slot(const Params& params, int cta, int which, int group) {
-    const int64_t slot = (int64_t{cta} * 2 + which) * kConsumerGroups + group;
-    return params.split_ws + slot * kPartValues * kWarpGroupThreads + threadIdx.x % kWarpGroupThreads;
-  }
-  __device__ __forceinline__ static void save_part(const Params& params, int group, int which,
-                                                   const OnlineSoftmax<1>& softmax, const float (&acc_o)[kOT * 4]);
-  // kSplitLast, the part that ends a tile: once the flags of the CTAs [part_lo, this one) are
-  // up, O and LSE of the warpgroup's rows from every part's slot (M = max m; l and O the sums of
-  // each part's scaled by exp2((m − M)·c)), by plain stores. From memory, one value at a time,
-  // so that the combination adds no registers to the consumer's loop.
-  __device__ __forceinline__ static void store_parts(const Params& params, int group, const TileWork& w, int part_lo);
 };
 
 template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
@@ -640,31 +575,19 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   const int64_t num_tiles = int64_t{p.num_m_blocks} * p.heads_q * p.batch;  // < 2^31 (can_implement)
   int kv = 0;
   int64_t idx = blockIdx.x;
-  const int split_from_round = split_round(params);
   for (int round = 0;; ++round) {
     const int qs = round % kQStages;
     // The consumers released this Q buffer's previous tile (a fresh barrier's "previous phase"
     // counts as complete, so the first wait on each buffer passes).
     b.q_empty(qs).wait(((round / kQStages) & 1) ^ 1);
-    TileWork w;
-    w.n_blocks = -1;
-    if (split_from_round >= 0 && round >= split_from_round) {
-      const SplitPart sp = split_part(params, round - split_from_round);
-      if (sp.b1 > 0) {
-        w = tile_work(params, params.split_from + sp.tile);
-        w.nb_begin += sp.b0;
-        w.n_blocks = sp.b1 - sp.b0;
-      }
-    } else if (idx < num_tiles) {
-      w = tile_work(params, static_cast<int>(idx));
-    }
-    if (w.n_blocks < 0) {  // none left: tell the consumers and the V thread, with no bytes to wait for
+    if (idx >= num_tiles) {  // none left: tell the consumers and the V thread, with no bytes to wait for
       sm.work[qs].n_blocks = -1;
       if (kSplitProducer) b.work_full(qs).arrive();
       b.q_full(qs).arrive();
       if (params.tile_counter != nullptr) leave_tile_counter(params.tile_counter);
       break;
     }
+    const TileWork w = tile_work(params, static_cast<int>(idx));
     sm.work[qs] = w;  // the consumers' copy (one computation a tile, not one a thread)
     if (kSplitProducer) b.work_full(qs).arrive();
     const int batch = kVarlen ? 0 : w.tile.batch;  // varlen maps: one packed batch
@@ -1087,17 +1010,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       pass_turn(group);
     }
   }
-  if constexpr (kSplitLast) {
-    const int split_from_round = split_round(params);
-    if (split_from_round >= 0 && round >= split_from_round) {
-      const SplitPart sp = split_part(params, round - split_from_round);
-      if (sp.part != kPartWhole) {
-        save_part(params, group, sp.part == kPartGoesOn ? 0 : 1, softmax, acc_o);
-        if (sp.part == kPartEnds) store_parts(params, group, w, sp.part_lo);
-        return;  // a part that goes on is stored by a later CTA
-      }
-    }
-  }
   store_tile(params, group, sm, b, w, round, softmax, o3);
 }
 
@@ -1240,99 +1152,6 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     }
   }
   ptx::named_barrier_sync(kSplitBarrier, kConsumerGroups * kWarpGroupThreads);  // read before a later split writes it
-}
-
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::save_part(
-    const Params& params, int group, int which, const OnlineSoftmax<1>& softmax, const float (&acc_o)[kOT * 4]) {
-  float* out = part_slot(params, static_cast<int>(blockIdx.x), which, group);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    out[h * kWarpGroupThreads] = softmax.row_max[0][h];
-    out[(2 + h) * kWarpGroupThreads] = softmax.row_sum[0][h];
-  }
-#pragma unroll
-  for (int i = 0; i < kOT * 4; ++i) out[(4 + i) * kWarpGroupThreads] = acc_o[i];
-  if (which == 0) {
-    __threadfence();
-    ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
-    if (threadIdx.x % kWarpGroupThreads == 0)
-      ptx::red_release_add_gpu(params.split_flags + blockIdx.x * kConsumerGroups + group, 1);
-  }
-}
-
-template <int D, int BM, int BN, int S, bool Ov, bool Pp, bool Vl, bool Bf16, bool Ug, bool Ns, int Ru, bool Sp, int Tl, int Ps>
-__device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns, Ru, Sp, Tl, Ps>::store_parts(
-    const Params& params, int group, const TileWork& w, int part_lo) {
-  const sm80::FwdParams& p = params.prob;
-  const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
-  const int me = static_cast<int>(blockIdx.x);
-  if (tid == 0) {
-    for (int cta = part_lo; cta < me; ++cta) {
-      while (ptx::ld_acquire_gpu(params.split_flags + cta * kConsumerGroups + group) == 0) {
-      }
-    }
-  }
-  ptx::named_barrier_sync(kStoreBarrier + group, kWarpGroupThreads);
-  // Part j: the slot of CTA part_lo + j (one that goes on), the last this CTA's own.
-  const int parts = me - part_lo + 1;
-  const auto slot = [&](int j) -> const float* {
-    return j + 1 < parts ? part_slot(params, part_lo + j, 0, group) : part_slot(params, me, 1, group);
-  };
-  const float c = p.score_log2;
-  const int lane = tid % 32;
-  const int t = lane % 4;
-  const int row0 = w.m0 + 64 * group + 16 * (tid / 32) + lane / 4;
-  using T = typename Storage<kIsBf16>::type;
-  T* o = static_cast<T*>(p.o) + w.tile.batch * p.o_batch_stride + w.tile.head * p.o_head_stride;
-#pragma unroll 1
-  for (int h = 0; h < 2; ++h) {
-    float m = -INFINITY;
-#pragma unroll 1
-    for (int j = 0; j < parts; ++j) m = fmaxf(m, __ldcg(slot(j) + h * kWarpGroupThreads));
-    const float m_scaled = m == -INFINITY ? 0.f : m * c;
-    float l = 0.f;
-#pragma unroll 1
-    for (int j = 0; j < parts; ++j) {
-      const float* in = slot(j);
-      l = fmaf(__ldcg(in + (2 + h) * kWarpGroupThreads), ptx::ex2_approx(__ldcg(in + h * kWarpGroupThreads) * c - m_scaled), l);
-    }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool seen = l != 0.f;
-    const float inv_l = seen ? 1.f / l : 0.f;
-    const int row = row0 + 8 * h;
-    if (row >= w.sq) continue;
-    if (p.lse != nullptr && t == 0) {
-      constexpr float kLn2 = 0.6931471805599453f;
-      p.lse[(w.tile.batch * p.heads_q + w.tile.head) * static_cast<int64_t>(p.seqlen_q) + row] =
-          seen ? (m_scaled + ptx::lg2_approx(l)) * kLn2 : -INFINITY;
-    }
-    T* o_row = o + static_cast<int64_t>(row) * p.o_row_stride;
-    // Four n8 chunks at a time, so that eight loads a part are in flight.
-    constexpr int kChunk = 4;
-    static_assert(kOT % kChunk == 0, "O's chunks in fours");
-#pragma unroll 1
-    for (int ot0 = 0; ot0 < kOT; ot0 += kChunk) {
-      float v[kChunk][2] = {};
-#pragma unroll 1
-      for (int j = 0; j < parts; ++j) {
-        const float* in = slot(j);
-        const float f = ptx::ex2_approx(__ldcg(in + h * kWarpGroupThreads) * c - m_scaled);
-#pragma unroll
-        for (int q = 0; q < kChunk; ++q) {
-          const int i = 4 * (ot0 + q) + 2 * h;
-          v[q][0] = fmaf(__ldcg(in + (4 + i) * kWarpGroupThreads), f, v[q][0]);
-          v[q][1] = fmaf(__ldcg(in + (5 + i) * kWarpGroupThreads), f, v[q][1]);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < kChunk; ++q) {
-        const int col = 8 * (ot0 + q) + 2 * t;
-        if (col < p.head_dim_v) *reinterpret_cast<uint32_t*>(o_row + col) = pack2<kIsBf16>(v[q][0] * inv_l, v[q][1] * inv_l);
-      }
-    }
-  }
 }
 
 // The turns match the computing schedules': overlapped, one a block from the second (from the

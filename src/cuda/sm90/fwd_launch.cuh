@@ -111,41 +111,6 @@ std::string fwd_can_implement(const sm80::FwdParams& p, int smem_optin) {
   return why;
 }
 
-// The plan of the shared last round (FwdParams::split_*): dense problems in the static order whose
-// T tiles leave the grid's G CTAs a last round of T mod G. Its tiles' key blocks go to as many
-// CTAs as give each at least kSplitMinBlocks of them and a quarter tile, and only where the longest share is at
-// most 4/5 of a tile (else the combination costs what the split saves). Returns the bytes of the
-// workspace (flags, then the parts), 0 for no split.
-inline constexpr int kSplitMinBlocks = 2;
-inline constexpr size_t kSplitFlagBytes = 4096;  // up to 1024 (CTA, warpgroup) flags; the parts after them
-template <class K>
-size_t plan_split_last(const sm80::FwdParams& p, int sm_count, FwdParams* full) {
-  full->split_from = full->split_ctas = full->split_blocks = 0;
-  full->split_units = 0;
-  full->split_ws = nullptr;
-  full->split_flags = nullptr;
-  if (!K::kSplitLast || K::draws_tiles(p) || p.cu_seqlens_q != nullptr || p.mask.left >= 0 || p.mask.right >= 0 ||
-      p.seqlen_k <= 0)
-    return 0;
-  const int64_t tiles = LongestFirstScheduler::num_tiles(p.num_m_blocks, p.heads_q, p.batch);
-  const int64_t grid = K::grid(*full, sm_count).x;
-  const int64_t rest = tiles % grid;
-  const int64_t blocks = (int64_t{p.seqlen_k} + K::kBlockN - 1) / K::kBlockN;
-  if (tiles <= grid || rest == 0) return 0;
-  const int64_t units = rest * blocks;
-  // Runs of at least a quarter tile (and kSplitMinBlocks): at most five parts a tile to combine.
-  const int64_t ctas = std::min(grid, units / std::max<int64_t>(kSplitMinBlocks, blocks / 4));
-  if (ctas < 1 || 5 * ((units + ctas - 1) / ctas) > 4 * blocks || ctas * K::kConsumerGroups * int64_t{sizeof(int)} > int64_t{kSplitFlagBytes} ||
-      (ctas + 1) * units >= (int64_t{1} << 32))  // the kernel's unit arithmetic is 32-bit
-    return 0;
-  full->split_from = static_cast<int>(tiles - rest);
-  full->split_ctas = static_cast<int>(ctas);
-  full->split_blocks = static_cast<int>(blocks);
-  full->split_units = static_cast<int>(units);
-  return kSplitFlagBytes + static_cast<size_t>(2 * ctas) * K::kConsumerGroups * K::kPartValues * K::kWarpGroupThreads *
-                               sizeof(float);
-}
-
 // One launch of kernel class K on its persistent grid; checked.
 template <class K>
 void launch_kernel(const FwdParams& full, int sm_count, cudaStream_t stream) {
@@ -173,15 +138,6 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
       full.tile_counter = static_cast<int*>(counter->get());
       FA_CUDA_CHECK(cudaMemsetAsync(full.tile_counter, 0, 2 * sizeof(int), stream));
     }
-  }
-  // The shared last round's workspace: its flags zeroed on the stream for this launch.
-  std::unique_ptr<AsyncBuffer> split;
-  if (const size_t bytes = plan_split_last<Kernel>(p, sm_count, &full); bytes > 0) {
-    split = std::make_unique<AsyncBuffer>(bytes, stream);
-    char* base = static_cast<char*>(split->get());
-    full.split_flags = reinterpret_cast<int*>(base);
-    full.split_ws = reinterpret_cast<float*>(base + kSplitFlagBytes);
-    FA_CUDA_CHECK(cudaMemsetAsync(base, 0, kSplitFlagBytes, stream));
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)

@@ -29,20 +29,6 @@ struct FwdParams {
   // (common/tile_counter.h); a CTA's first tile is blockIdx.x, each next one gridDim.x +
   // atomicAdd(&tile_counter[0], 1). Null: static order.
   int* tile_counter;
-  // The last round's tiles shared over the grid (FwdKernel::kSplitLast; fwd_launch's split_last
-  // plan): with T tiles over G CTAs in the static order the last round holds T mod G of them and
-  // the other CTAs idle. Then tiles from split_from on (the last round) are cut into their key
-  // blocks, split_units in all (split_blocks a tile), and CTA c < split_ctas takes units
-  // [c·U / split_ctas, (c+1)·U / split_ctas): at most two parts, one of a tile that goes on in the
-  // next CTA (written to its slot of split_ws, then split_flags[c·groups + group] = 1) and one
-  // that ends a tile (combined with the slots of the CTAs before it, then stored). split_ctas 0:
-  // no split.
-  int split_from;
-  int split_ctas;
-  int split_blocks;
-  int split_units;
-  float* split_ws;
-  int* split_flags;
 };
 
 }  // namespace fa::cuda::sm90

@@ -218,6 +218,16 @@ bool close(const char* what, fa_dtype dt, const std::vector<float>& impl, const 
 
 int g_failures = 0;
 
+// A caller's workspace is filled with this byte before a call: 0x7F7F7F7F is 3.4e38 as fp32, so a
+// read of an accumulator value nothing wrote overflows dQ; as a counter or lock it is 2139062143.
+constexpr int kDirtyByte = 0x7F;
+// FA_CHECK_OWN_WORKSPACE=1: every case runs on a dirtied workspace of the caller's (by default
+// one in four), the library's own buffer untried.
+bool every_case_own_workspace() {
+  const char* v = std::getenv("FA_CHECK_OWN_WORKSPACE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 // One case end to end. Returns false on failure (printed).
 bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
   std::mt19937_64 rng(seed);
@@ -294,13 +304,14 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
     msg = std::string(" ran on ") + (kn ? kn : "?") + ", expected " + c.expect_kernel;
   } else {
     label += std::string(" [") + (kn ? kn : "?") + "]";  // the kernel that ran, for the logs
-    if (c.own_workspace) {
+    if (c.own_workspace || every_case_own_workspace()) {
       size_t bytes = 0;
       if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) std::exit(3);
       GC_CUDA(cudaMalloc(&ws, bytes ? bytes : 1));
       // A caller's workspace comes dirty: the library must zero what it counts on (the dQ
-      // accumulator, the tile counter and the deterministic mode's locks).
-      GC_CUDA(cudaMemset(ws, 0x01, bytes));
+      // accumulator, the tile counter and the deterministic mode's locks), and never read fp32
+      // it has not written (kDirtyByte makes such a read show in dQ).
+      GC_CUDA(cudaMemset(ws, kDirtyByte, bytes));
       bp.workspace = ws, bp.workspace_size = bytes;
     }
     const fa_status st = fa_bwd(&bp, nullptr);
@@ -454,7 +465,7 @@ int mode_determinism(int64_t D) {
     std::vector<uint16_t> first[3];
     int diff[3] = {0, 0, 0};
     for (int it = 0; it < 100; ++it) {
-      if (ws != nullptr) GC_CUDA(cudaMemset(ws, 0x01, bp.workspace_size));
+      if (ws != nullptr) GC_CUDA(cudaMemset(ws, kDirtyByte, bp.workspace_size));
       if (fa_bwd(&bp, nullptr) != FA_STATUS_OK) {
         std::printf("fa_bwd failed: %s\n", fa_last_error());
         return 1;

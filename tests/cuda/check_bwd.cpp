@@ -308,9 +308,9 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
       size_t bytes = 0;
       if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) std::exit(3);
       GC_CUDA(cudaMalloc(&ws, bytes ? bytes : 1));
-      // A caller's workspace comes dirty: the library must zero what it counts on (the dQ
-      // accumulator, the tile counter and the deterministic mode's locks), and never read fp32
-      // it has not written (kDirtyByte makes such a read show in dQ).
+      // A caller's workspace comes dirty: the library must zero what it counts on (the tile
+      // counter, the ordered reduction's locks or the claims, the dQ accumulator where it adds
+      // into it) and never read fp32 it has not written (kDirtyByte makes such a read show).
       GC_CUDA(cudaMemset(ws, kDirtyByte, bytes));
       bp.workspace = ws, bp.workspace_size = bytes;
     }

@@ -88,8 +88,9 @@ const FwdKernelRow& prepare(const Problem& p, sm80::FwdParams* params) {
   check_alignment("k", p.k, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
   check_alignment("v", p.v, varlen || p.seqlen_k > 1, p.heads_kv > 1, !varlen && p.batch > 1);
   check_alignment("o", p.o, varlen || p.seqlen_q > 1, p.heads_q > 1, !varlen && p.batch > 1);
-  // The first row whose kernel can run p (an sm90 row declines varlen or TMA-illegal strides,
-  // and the sm80 row of the same head dim serves those); the last reason is reported.
+  // The first row whose kernel can run p (an sm90 row declines TMA-illegal strides, and varlen
+  // in a build with FA_SM90_FWD_VARLEN=0; the sm80 row of the same head dim serves those); the
+  // last reason is reported.
   std::string why;
   for (const FwdKernelRow* r = &row; r != nullptr; r = next_row(p, caps, r + 1)) {
     *params = make_params(p, r->block_m);

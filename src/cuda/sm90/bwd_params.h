@@ -22,7 +22,8 @@ struct BwdParams {
   // swizzle: the dQ tiles are added into it by bulk tensor reductions.
   CUtensorMap tm_dq;
   // dK and dV: maps of the tm_k kind with boxes of 64 rows (one consumer warpgroup's rows),
-  // written by TMA stores from shared memory (over K and V, read by then) when dkdv_by_tma is 1
+  // written by TMA stores from shared memory (staged where BwdKernel's kOffDk / kOffDv say: over
+  // K and V at hdim 256, else over the dS buffers or the dQ tile) when dkdv_by_tma is 1
   // (dense batch, strides TMA can describe); else dK and dV leave the accumulators by plain
   // stores.
   CUtensorMap tm_dk;

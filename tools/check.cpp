@@ -16,7 +16,7 @@ namespace cli {
 namespace {
 
 // Work per case is kept under this many multiply-adds (B*Hq*Sq*Sk*(D+Dv)) so the whole
-// default sweep runs in 10-20 s on two cores (the reference is the slow part).
+// default sweep runs in a few seconds on two cores (the reference is the slow part).
 constexpr double kMaxCaseWork = 1.5e8;
 
 struct Case {

@@ -14,7 +14,9 @@ all: build
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=$(FA_CUDA) $(CMAKE_FLAGS)
 
+# FA_CUDA given on make's command line also reaches a build folder configured before.
 build: $(BUILD)/CMakeCache.txt
+	$(if $(filter command line,$(origin FA_CUDA)),cmake -S . -B $(BUILD) -DFA_CUDA=$(FA_CUDA) >/dev/null)
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: forward + backward, naive against FlashAttention, on the best device present.

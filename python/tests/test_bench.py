@@ -54,6 +54,25 @@ def test_host_bound_rows_marked():
     assert notes == ["flashattn step hdim=256 S=512 causal=True: host-bound (500 us of host time a call, 612 us timed)"]
 
 
+def test_host_time_ignores_a_pause(monkeypatch):
+    """The host time of a call is the smallest batch mean: a pause in one batch (a garbage
+    collection) does not make the cell read host-bound."""
+    mod = _bench_module()
+    batches = []
+
+    def fake_host_us(fn, n, warmup):
+        batches.append(n)
+        return [900.0, 40.0, 45.0][len(batches) - 1]
+
+    monkeypatch.setattr(mod.host_cost, "host_us", fake_host_us)
+    assert mod.host_us(lambda: None, gpu_ms=0.25) == 40.0
+    assert batches == [16, 16, 16]  # 50 calls' budget (50 ms of GPU time) over three batches
+    batches.clear()
+    monkeypatch.setattr(mod.host_cost, "host_us", lambda fn, n, warmup: batches.append(n) or 10.0)
+    mod.host_us(lambda: None, gpu_ms=20.0)
+    assert batches == [5, 5, 5]  # a long call: at least five a batch
+
+
 def test_rounds_rotate_the_order(monkeypatch):
     """Each op is timed for every implementation in every round, each round (and cell, through
     `first`) starting one implementation further on; a peer whose timer raises is dropped with a

@@ -301,29 +301,18 @@ struct BwdKernel {
   // A tile's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
   // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
   // varlen: one packed batch). kv_block < 0: no tile left (the producer's last hand-over).
-  // The steps go head by head (the group's query heads of kv head hk), the q blocks ascending
-  // from qb_first; in RotatedQOrder (params.rotated) qb_first is the kv block's first q block and
-  // n_qb all the batch's, so the order wraps past the last. With q_group (= the group; 0: head
-  // by head) they go q block by q block instead, descending from the last, the group's heads in
-  // turn at each: GQA under a causal-like mask in the unordered reduction, where the tiles of a
-  // kv head that run at once then read the same Q and dO and add into the same dQ rows at the
-  // same step, as unmasked tiles do (head by head, tiles with fewer q blocks run ahead into the
-  // next heads, and what they share leaves L2 between their reads; docs/PERF.md).
+  // The q blocks go ascending from qb_first; in RotatedQOrder (params.rotated) qb_first is the
+  // kv block's first q block and n_qb all the batch's, so the order wraps past the last.
   struct Steps {
     int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
-    int sq, sk, q_first, k_first, map_b, q_group;
+    int sq, sk, q_first, k_first, map_b;
   };
-  // The q block of step s of the tile: RotatedQOrder::qb_of_step where it wraps (past sq); a
-  // masked tile's q blocks all lie below sq (no extra registers in the producer warp, which has
-  // 24).
+  // The q block of step s of the tile (the query head is s / n_qb): RotatedQOrder::qb_of_step
+  // where it wraps (past sq); a masked tile's q blocks all lie below sq (no extra registers in
+  // the producer warp, which has 24).
   __device__ __forceinline__ static int step_qb(const Steps& w, int s) {
-    if (w.q_group > 0) return w.qb_first + w.n_qb - 1 - s / w.q_group;
     const int qb = w.qb_first + s % w.n_qb;
     return qb * kBlockM < w.sq ? qb : qb - w.n_qb;
-  }
-  // The query head of step s of the tile.
-  __device__ __forceinline__ static int step_head(const sm80::BwdParams& p, const Steps& w, int s) {
-    return w.hk * p.group + (w.q_group > 0 ? s % w.q_group : s / w.n_qb);
   }
   static_assert(sizeof(Steps) <= kWorkSlotBytes, "a tile's hand-over fits its slot");
   // Tile idx's block and steps; false when the block starts past its batch's keys (varlen).
@@ -494,9 +483,6 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   w.steps = w.n_qb * p.group;
   // The rotated order over this batch's q and kv blocks (varlen: fewer than the maximum).
   if (rotate) w.qb_first = RotatedQOrder::first_qb(w.kv_block, w.n_qb, (sk + kBlockN - 1) / kBlockN);
-  // q block by q block where the adds need no order (the ordered reduction's turns and the
-  // claims' first store both expect the kv blocks to reach a q block one after another).
-  w.q_group = kv_slowest && p.locks == nullptr && p.claims == nullptr ? p.group : 0;
   return true;
 }
 
@@ -613,7 +599,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
     const auto load_step = [&](int s) {
       const int stage = static_cast<int>((ring + s) % kStages);
       const uint32_t phase = ((ring + s) / kStages) & 1;
-      const int h = step_head(p, w, s);
+      const int h = w.hk * p.group + s / w.n_qb;
       const int q0 = step_qb(w, s) * kBlockM;
       const SmemBarrier full{bars + kBarFull + stage}, empty{bars + kBarEmpty + stage};
       // LSE and D of the step's rows, read before the wait for the stage (their latency runs
@@ -691,7 +677,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     if (w.kv_block < 0) break;
     // The counter of step s's (query head, q block) in p.locks / p.claims.
     const auto block_of = [&](int s) {
-      return (int64_t(w.b) * p.heads_q + step_head(p, w, s)) * p.num_q_blocks + step_qb(w, s);
+      return (int64_t(w.b) * p.heads_q + w.hk * p.group + s / w.n_qb) * p.num_q_blocks + step_qb(w, s);
     };
     // Lane 0 with claims: this step's claim, taken at the end of the step before (the atomic's
     // round trip then runs under the wait for the tile, not before the tile's bulk copy); a
@@ -699,7 +685,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     int claimed = 0;
     for (int s = 0; s < w.steps; ++s, ++ring) {
       const int stage = static_cast<int>(ring % kStages);
-      const int h = step_head(p, w, s);
+      const int h = w.hk * p.group + s / w.n_qb;
       const int qb = step_qb(w, s);
       const int q0 = qb * kBlockM;
       if constexpr (kSplitD) {
@@ -1075,6 +1061,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   for (; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
+    const int h = w.hk * p.group + s / w.n_qb;
     const int qb = step_qb(w, s);
     const int q0 = qb * kBlockM;
     const SmemBarrier full{bars + kBarFull + stage};

@@ -519,6 +519,11 @@ int mode_sm90() {
       {"varlen_d128", 4, 300, 333, 4, 2, 128, 128, {300, 1, 0, 177}, {333, 17, 40, 0}, false},
       {"varlen_d64", 3, 257, 260, 2, 2, 64, 64, {257, 64, 129}, {200, 260, 1}, false},
       {"varlen_d256", 3, 150, 170, 2, 1, 256, 256, {150, 65, 3}, {170, 64, 90}, false},
+      // GQA past 4096 rows: causal there without claims or the ordered reduction in the default
+      // mode (the unordered adds into a zeroed accumulator); 80-row q blocks at 128
+      {"gqa_q4200_k300_d64", 1, 4200, 300, 4, 1, 64, 64, {}, {}, false},
+      {"gqa_q4200_k300_d128", 1, 4200, 300, 4, 2, 128, 128, {}, {}, false},
+      {"gqa_q300_k4200_d256", 1, 300, 4200, 4, 2, 256, 256, {}, {}, false},
   };
   int n = 0;
   for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})

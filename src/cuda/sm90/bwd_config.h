@@ -16,13 +16,11 @@ namespace fa::cuda::sm90 {
 // tile is handed to the writer in the next step (BwdKernel::kDqArriveLate). Registers per
 // consumer thread (240 after setmaxnreg) hold dK and dV (2·kHeadDim/2 fp32) plus Sᵀ and dPᵀ
 // (2·kBlockM/2) for the warpgroup's 64 kv rows; the dQ tile (64 x 64, 32 fp32) comes after
-// Sᵀ/dPᵀ are dead. Running dK on into the next step (at D 64 and 128: dK leaves the step's end)
-// needs its A operand, the dSᵀ fragments (kBlockM/4), beside Sᵀ and dPᵀ: fits at D 128, BM 64;
-// at D 128, BM 80 and D 64, BM 128 ptxas serialises the wgmma for want of registers, so there
-// dK reads dSᵀ from the dS buffer instead (BwdKernel::kDkFromSmem). Shared memory =
-// (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS, double-buffered) + BM·D·4 (the fp32
-// dQ tile) + stages·BM·8. Shapes follow the FlashAttention-3 design (BN 128; BM 128 at D 64;
-// at D 128 80 on unmasked problems, else 64).
+// Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
+// D 128, BM 64; at D 64, BM 128 and at D 128, BM 80 ptxas serialises the wgmma for want of
+// registers. Shared memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS,
+// double-buffered) + BM·D·4 (the fp32 dQ tile) + stages·BM·8. Shapes follow the
+// FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked problems, else 64).
 // D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64, the two warpgroups
 // halve the head dim (BwdKernel::kSplitD).
 // Rows: each head dim has two kernels (kRow 0, 1); row 0 hands the problems it declines to row
@@ -44,7 +42,7 @@ template <int kRow>
 struct BwdConfig<64, kRow> {  // 195 KiB (199,888 B with alignment, work slots and barriers)
   static_assert(kRow == 0 || kRow == 1, "two rows at 64");
   static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
-  static constexpr bool kDkAcrossSteps = true;
+  static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = true;  // +1..4% here; at 128 −3..+1%
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr int kMinQueries = 0;
@@ -54,7 +52,7 @@ template <int kRow>
 struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (198,864 B)
   static_assert(kRow == 0 || kRow == 1, "two rows at 128");
   static constexpr int kBlockN = 128, kBlockM = kRow == 0 ? 80 : 64, kStages = 2;
-  static constexpr bool kDkAcrossSteps = true;
+  static constexpr bool kDkAcrossSteps = kRow == 1;  // at BM 80 ptxas serialises the wgmma (registers)
   static constexpr bool kDqArriveLate = false;
   static constexpr bool kUnmaskedOnly = kRow == 0;
   static constexpr int kMinQueries = kRow == 0 ? 1024 : 0;

@@ -7,8 +7,7 @@
 // and 2 each own 64 kv rows:
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (wgmma, both operands in shared memory),
 //   Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) in registers,
-//   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers; dK's, at 80 and 128 q rows a step,
-//   from the staged dS), dS staged by stmatrix.trans,
+//   dV += Pᵀ·dO, dK += dSᵀ·Q (wgmma, A from registers), dS staged by stmatrix.trans,
 //   dQ = dS·K (wgmma from shared memory; 80-row q blocks: dQᵀ = Kᵀ·dSᵀ) stored to a shared
 //   fp32 tile;
 // warp 1 of warpgroup 0 adds each dQ tile into the fp32 accumulator by bulk tensor reductions
@@ -73,15 +72,9 @@ struct BwdKernel {
   static constexpr int kBlockM = kBlockM_;    // q rows per streamed step
   static constexpr int kStages = kStages_;
   // The dK GEMM of step s runs on under the dQ store and step s + 1's Sᵀ/dPᵀ GEMMs (waited
-  // there, where step s's Q/dO stage is released), else it is waited at the end of step s,
-  // after the dQ store it runs under (BwdConfig).
+  // there), else it is waited at the end of step s, after the dQ store it runs under (when Sᵀ,
+  // dPᵀ and the dSᵀ fragments do not fit beside dK and dV in the registers).
   static constexpr bool kDkAcrossSteps = kDkAcrossSteps_;
-  // The dK GEMM's A operand, dSᵀ: the step's dSᵀ fragments in the registers, or (kDkFromSmem)
-  // the warpgroup's own panel of the step's dS buffer read MN-major. At BM 128 (D 64) and 80
-  // (D 128) the fragments (32 and 20 registers) do not fit beside the next step's Sᵀ and dPᵀ
-  // while dK runs on; from shared memory they need not: the panel is this warpgroup's to
-  // overwrite two steps on, after dK's wait in the step between.
-  static constexpr bool kDkFromSmem = kDkAcrossSteps && kBlockM_ != 64;
   // The dQ tile's proxy fence and dq_full arrival come in the next step, once its Sᵀ has landed
   // (the stores are complete by then, so the fence does not wait for them), else right after
   // the stores (BwdConfig).
@@ -976,8 +969,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   const int dq_n0 = kDqSplitRows ? 0 : kDqN * group;
   SmemBarrier{bars + kBarKvFull}.wait(tile & 1);
 
-  // dSᵀ as A fragments, staged as dS for dQ; without kDkFromSmem the dK GEMM of step s reads
-  // them too, until step s + 1 (kDkAcrossSteps) or the end of step s waits for it.
+  // dSᵀ as A fragments: the dK GEMM of step s reads them until step s + 1 waits for it.
   uint32_t ds_frag[kKT][4];
   auto& ds_flat = reinterpret_cast<uint32_t(&)[kKT * 4]>(ds_frag);
 
@@ -1106,10 +1098,10 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     read_lse_pre(lse_s, 0, lse_pre);
     if constexpr (kDkAcrossSteps) {
       // dK of step s − 1 (issued before its dQ store) has run under this step's start: its
-      // reads of Q, dO (long done) and of dSᵀ are over; release that step's stage.
+      // reads of Q, dO (long done) and of ds_frag are over; release that step's stage.
       ptx::warpgroup_wait<2>();
       ptx::warpgroup_fence_operand(acc_dk);
-      if constexpr (!kDkFromSmem) ptx::warpgroup_fence_operand(ds_flat);
+      ptx::warpgroup_fence_operand(ds_flat);
       if (s > 0) release_stage(bars, (ring + s - 1) % kStages);
     }
     ptx::warpgroup_wait<1>();  // Sᵀ landed; dPᵀ may still run under the exponentials below
@@ -1151,23 +1143,15 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     ptx::warpgroup_fence_operand(acc_dv);
     ptx::warpgroup_fence_operand(p_flat);
 
-    // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step. kDkFromSmem:
-    // A = this warpgroup's dS panel ([q][kv], 64 kv columns = M) read MN-major (transpose bit),
-    // k16 step = 16 q rows.
+    // dK += dSᵀ·Q   (as dV, B = Q of the stage), left running into the next step.
     ptx::warpgroup_fence_operand(acc_dk);
-    if constexpr (!kDkFromSmem) ptx::warpgroup_fence_operand(ds_flat);
+    ptx::warpgroup_fence_operand(ds_flat);
     ptx::warpgroup_fence();
-    const uint32_t ds_own = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
-      const uint64_t q_b = ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024);
-      if constexpr (kDkFromSmem) {
-        ptx::warpgroup_mma_ss<kHeadDim, kIsBf16, 1, 1>(
-            acc_dk, ptx::make_smem_desc_sw128(ds_own, kk * 16 * kRowBytes, kDSPanelBytes, 1024), q_b,
-            s > s_first || kk > 0);
-      } else {
-        ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(acc_dk, ds_frag[kk], q_b, s > s_first || kk > 0);
-      }
+      ptx::warpgroup_mma_rs<kHeadDim, kIsBf16, 1>(
+          acc_dk, ds_frag[kk], ptx::make_smem_desc_sw128(sq_base, kk * 16 * kRowBytes, kQPanelBytes, 1024),
+          s > s_first || kk > 0);
     }
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<1>();  // dQ landed; dK runs on
@@ -1183,7 +1167,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   if (kDqArriveLate && w.steps > 0) dq_tile_ready();  // the last step's
   ptx::warpgroup_wait<0>();  // the last step's dK
   ptx::warpgroup_fence_operand(acc_dk);
-  if constexpr (!kDkFromSmem) ptx::warpgroup_fence_operand(ds_flat);
+  ptx::warpgroup_fence_operand(ds_flat);
   if (kDkAcrossSteps && w.steps > 0) release_stage(bars, (ring + w.steps - 1) % kStages);  // its stage
   epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, s_first < w.steps, group, 64 * group, 0);
 }

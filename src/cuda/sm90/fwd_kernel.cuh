@@ -23,7 +23,6 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/common/tile_scheduler.cuh"
-#include "cuda/ptx/elect.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -692,7 +691,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (ptx::warp_elect_one()) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
+    if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
     if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
 
     uint32_t p_frag[kBlockN / 16][4];
@@ -709,7 +708,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
-    if (ptx::warp_elect_one()) b.v_empty(stage).arrive();
+    if (lane == 0) b.v_empty(stage).arrive();
   }
   store_tile(params, group, sm, b, w, 0, softmax, o3);  // not kOHalf (the overlapped schedule only)
 }
@@ -923,7 +922,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<0>();
     }
     ptx::warpgroup_fence_operand(s);
-    if (ptx::warp_elect_one()) b.k_empty(st0).arrive();
+    if (lane == 0) b.k_empty(st0).arrive();
     if (n_own == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     scores_rest(alpha);
@@ -946,13 +945,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
-      if (ptx::warp_elect_one()) b.k_empty(stage).arrive();
+      if (lane == 0) b.k_empty(stage).arrive();
       if (it + 1 == n_own && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
-      if (ptx::warp_elect_one()) b.v_empty(prev).arrive();
+      if (lane == 0) b.v_empty(prev).arrive();
       scores_rest(alpha);
       // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none)
       if (!kLazy || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -983,9 +982,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       const int st = stage_of(kv_base + n_own);
       const uint32_t ph = phase_of(kv_base + n_own);
       b.k_full(st).wait(ph);
-      if (ptx::warp_elect_one()) b.k_empty(st).arrive();
+      if (lane == 0) b.k_empty(st).arrive();
       b.v_full(st).wait(ph);
-      if (ptx::warp_elect_one()) b.v_empty(st).arrive();
+      if (lane == 0) b.v_empty(st).arrive();
       wait_turn(group);
     }
     if constexpr (kNextS) {
@@ -997,7 +996,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_wait<kNextS ? 1 : 0>();  // the P·V landed (the next S_0 runs on)
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
-    if (ptx::warp_elect_one()) b.v_empty(last).arrive();
+    if (lane == 0) b.v_empty(last).arrive();
   } else {
 #pragma unroll
     for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)
@@ -1059,9 +1058,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     const uint32_t phase = phase_of(kv_base + it);
     b.k_full(stage).wait(phase);
     if (it % kConsumerGroups != group) {  // another warpgroup's block
-      if (ptx::warp_elect_one()) b.k_empty(stage).arrive();
+      if (lane == 0) b.k_empty(stage).arrive();
       b.v_full(stage).wait(phase);
-      if (ptx::warp_elect_one()) b.v_empty(stage).arrive();
+      if (lane == 0) b.v_empty(stage).arrive();
       continue;
     }
     if (!kNextS || it > 0) {
@@ -1072,7 +1071,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(s);
     }
-    if (ptx::warp_elect_one()) b.k_empty(stage).arrive();
+    if (lane == 0) b.k_empty(stage).arrive();
     uint32_t p_frag[kBlockN / 16][4];
     scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
     b.v_full(stage).wait(phase);
@@ -1083,7 +1082,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
-    if (ptx::warp_elect_one()) b.v_empty(stage).arrive();
+    if (lane == 0) b.v_empty(stage).arrive();
   }
   // Q read by every GEMM of this tile; with O staged in the Q buffer the first warpgroup's store
   // releases it instead.

@@ -52,13 +52,17 @@ def opcode(text):
 def hgmma_loops(ins):
     """(instructions, HGMMA, LDL, STL) of every natural loop that holds an HGMMA."""
     index = {a: i for i, (a, _) in enumerate(ins)}
+
+    def target(t):  # the index of a branch's target instruction, or None
+        m = OPERAND_TARGET.search(t) if opcode(t).startswith(("BRA", "BRX")) else None
+        return index.get(int(m.group(1), 16)) if m else None
+
     leaders = {0}
     for i, (_, t) in enumerate(ins):
         if opcode(t).startswith(("BRA", "BRX", "EXIT", "RET", "JMP")):
             leaders.add(i + 1)
-            m = OPERAND_TARGET.search(t)
-            if m and int(m.group(1), 16) in index:
-                leaders.add(index[int(m.group(1), 16)])
+            if target(t) is not None:
+                leaders.add(target(t))
     starts = sorted(x for x in leaders if x < len(ins))
     block_of = {}
     for b, s in enumerate(starts):
@@ -70,9 +74,8 @@ def hgmma_loops(ins):
         last = (starts[b + 1] if b + 1 < n else len(ins)) - 1
         t = ins[last][1]
         op, conditional = opcode(t), t.startswith("@")
-        m = OPERAND_TARGET.search(t) if op.startswith(("BRA", "BRX")) else None
-        if m and int(m.group(1), 16) in index:
-            succ[b].add(block_of[index[int(m.group(1), 16)]])
+        if target(t) is not None:
+            succ[b].add(block_of[target(t)])
         if not (op.startswith(("BRA", "EXIT", "RET")) and not conditional) and b + 1 < n:
             succ[b].add(b + 1)
     for u, vs in succ.items():

@@ -417,8 +417,9 @@ int mode_check(bool small) {
 // caller's workspace dirtied before each call), and in the default mode where it takes the
 // ordered reduction too (sm90, causal at 512: launch/bwd.cu's dq_reduction). Causal at
 // 512 tokens (4 to 8 kv blocks add into each q block, in an order the deterministic mode fixes)
-// and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks); at 128 also causal at
-// 4096 (the 80-row kernel's causal instantiation).
+// and unmasked at 1024 (8 kv blocks each; at 128 the 80-row q blocks); GQA (4 query heads on
+// one kv head) causal at 2048; at 128 also causal at 4096 (the 80-row kernel's causal
+// instantiation).
 int mode_determinism(int64_t D) {
   const int64_t H = 4;
   std::mt19937_64 rng(1234);
@@ -426,23 +427,28 @@ int mode_determinism(int64_t D) {
   int bad = 0;
   struct Shape {
     bool causal;
-    int64_t B, S;
+    int64_t B, S, Hkv;
   };
-  std::vector<Shape> shapes = {{true, 64, 512}, {false, 32, 1024}};
-  if (D == 128) shapes.push_back({true, 2, 4096});
+  // GQA under a causal mask past 1024 rows: tiles of one query head in the default mode, dK and
+  // dV summed over the group in turn.
+  std::vector<Shape> shapes = {{true, 64, 512, H}, {false, 32, 1024, H}, {true, 4, 2048, 1}};
+  if (D == 128) shapes.push_back({true, 2, 4096, H});
   for (size_t run = 0; run < 2 * shapes.size(); ++run) {
     const bool det = run % 2 == 1, causal = shapes[run / 2].causal;
-    const int64_t B = shapes[run / 2].B, S = shapes[run / 2].S;
-    Case c{"determinism", B, S, S, H, H, D, D, {}, {}, causal};
+    const int64_t B = shapes[run / 2].B, S = shapes[run / 2].S, Hkv = shapes[run / 2].Hkv;
+    Case c{"determinism", B, S, S, H, Hkv, D, D, {}, {}, causal};
     c.deterministic = det;
-    const int64_t n = B * S * H * D;
-    std::vector<float> q = randn(size_t(n), dt, rng), k = randn(size_t(n), dt, rng), v = randn(size_t(n), dt, rng),
+    const int64_t n = B * S * H * D, nkv = B * S * Hkv * D;
+    std::vector<float> q = randn(size_t(n), dt, rng), k = randn(size_t(nkv), dt, rng), v = randn(size_t(nkv), dt, rng),
                        dout = randn(size_t(n), dt, rng), o = randn(size_t(n), dt, rng);
     std::vector<float> lse(size_t(B * H * S));
     for (float& x : lse) x = 3.f + float(rng() % 100) / 100.f;
     DevTensor t[8];
     std::vector<float>* vals[8] = {&q, &k, &v, &o, &dout, nullptr, nullptr, nullptr};
-    for (int i = 0; i < 8; ++i) t[i].make(Layout::bshd, B, S, H, D, dt, vals[i]);
+    for (int i = 0; i < 8; ++i) {
+      const bool kv = i == 1 || i == 2 || i == 6 || i == 7;  // k, v, dk, dv
+      t[i].make(Layout::bshd, B, S, kv ? Hkv : H, D, dt, vals[i]);
+    }
     DeviceFloat lse_d;
     lse_d.alloc(lse.size());
     GC_CUDA(cudaMemcpy(lse_d.data(), lse.data(), lse.size() * 4, cudaMemcpyHostToDevice));
@@ -454,9 +460,11 @@ int mode_determinism(int64_t D) {
     bp.fwd.lse = lse_d.data();
     bp.dout = t[4].view(), bp.dq = t[5].view(), bp.dk = t[6].view(), bp.dv = t[7].view();
     // The deterministic runs on a workspace of the caller's, dirtied before every call: each must
-    // still add in the fixed order (the locks are zeroed by the library, not found zero).
+    // still add in the fixed order (the locks are zeroed by the library, not found zero). GQA in
+    // both modes: the default mode's tiles of one query head sum dK and dV in the workspace, so
+    // a row no tile wrote would read as the dirt.
     void* ws = nullptr;
-    if (det) {
+    if (det || Hkv != H) {
       size_t bytes = 0;
       if (fa_bwd_workspace_size(&bp, &bytes) != FA_STATUS_OK) return 1;
       GC_CUDA(cudaMalloc(&ws, bytes));
@@ -477,8 +485,8 @@ int mode_determinism(int64_t D) {
         else if (now != first[j]) ++diff[j];
       }
     }
-    std::printf("determinism (%s, D %lld, %s, S %lld, %s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
-                det ? "deterministic" : "default", (long long)D, causal ? "causal" : "unmasked", (long long)S,
+    std::printf("determinism (%s, D %lld, %s, S %lld, Hkv %lld, %s): runs differing from the first of 100: dQ %d, dK %d, dV %d\n",
+                det ? "deterministic" : "default", (long long)D, causal ? "causal" : "unmasked", (long long)S, (long long)Hkv,
                 fa_bwd_kernel_name(&bp), diff[0], diff[1], diff[2]);
     const bool ordered = det || (causal && S <= 512 && std::string(fa_bwd_kernel_name(&bp)) == "sm90");
     if (diff[1] || diff[2] || (ordered && diff[0])) ++bad;

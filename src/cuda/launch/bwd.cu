@@ -99,23 +99,47 @@ DqReduction dq_reduction(const Problem& p, const BwdKernelRow& row) {
   return r;
 }
 
-// Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | int32
+// GQA in tiles of one query head (BwdParams::head_tiles): the sm90 kernels, under a causal-like
+// mask (no left window), in the default mode's unordered dQ reduction. A tile that runs the whole
+// group reads the Q and dO of its Hq / Hkv query heads, and the tiles running at once, of unequal
+// lengths under the mask, drift apart over those heads: at 64 query heads on 8 kv heads the L2
+// held 47% (hdim 256) to 67% (128) of the reads, against 91% with 16 heads of their own, and the
+// hdim-256 backward ran at half cuDNN's rate (docs/PERF.md, sm90 backward section). Tiles of one
+// query head run head by head, as without GQA, and pay for it with a pass over dK and dV in fp32
+// per tile.
+// (Not past 2^30 tiles, the kernels' limit, where tiles of a kv head still fit.)
+bool head_tiles(const Problem& p, const BwdKernelRow& row) {
+  const bool causal_like = p.mask.right >= 0 && p.mask.left < 0;
+  const int64_t tiles = (p.seqlen_k + row.block_n - 1) / row.block_n * p.heads_q * p.batch;
+  return row.dq_layout != sm80::DqAccumLayout::kTiled && p.group() > 1 && causal_like &&
+         !dq_reduction(p, row).ordered && tiles <= (int64_t{1} << 30);
+}
+
+// Workspace: dQ accumulator fp32 [Hq, dq_rows, dq_pitch] | D = rowsum(dO∘O) fp32 like LSE | with
+// head tiles, the dK and dV accumulators fp32 [rows_k, Hkv, D] and [rows_k, Hkv, Dv] | int32
 // counters, zeroed by the preprocess: the tile counter of persistent kernels, then, for the ordered
-// reduction or claims (DqReduction), [B, Hq, q blocks]. Each region 256-byte aligned.
+// reduction or claims (DqReduction), [B, Hq, q blocks], then with head tiles the dK / dV turns
+// [rows_k, Hkv] (one a kv block's first key row). Each region 256-byte aligned.
 struct Layout {
-  size_t dq_accum = 0, dsum = 0, counters = 0, total = 0;
-  int64_t counter_ints = 0;
+  size_t dq_accum = 0, dsum = 0, dk_accum = 0, dv_accum = 0, counters = 0, total = 0;
+  int64_t counter_ints = 0, turns = 0;  // turns: the first dK / dV turn counter's index
 };
 
 Layout layout(const Problem& p, const BwdKernelRow& row, const DqReduction& dq) {
   const size_t rows_q = static_cast<size_t>(p.varlen() ? p.total_q : p.batch * p.seqlen_q);
-  const size_t hq = static_cast<size_t>(p.heads_q);
+  const size_t rows_k = static_cast<size_t>(p.varlen() ? p.total_k : p.batch * p.seqlen_k);
+  const size_t hq = static_cast<size_t>(p.heads_q), hkv = static_cast<size_t>(p.heads_kv);
+  const bool tiles = head_tiles(p, row);
   Layout l;
   l.dq_accum = 0;
   l.dsum = align_up(l.dq_accum + hq * static_cast<size_t>(dq_rows(p, row) * dq_pitch(p, row)) * sizeof(float));
-  l.counters = align_up(l.dsum + hq * rows_q * sizeof(float));
+  l.dk_accum = align_up(l.dsum + hq * rows_q * sizeof(float));
+  l.dv_accum = align_up(l.dk_accum + (tiles ? rows_k * hkv * static_cast<size_t>(p.head_dim) * sizeof(float) : 0));
+  l.counters = align_up(l.dv_accum + (tiles ? rows_k * hkv * static_cast<size_t>(p.head_dim_v) * sizeof(float) : 0));
   l.counter_ints = 1;
   if (dq.ordered || dq.claims) l.counter_ints += p.batch * p.heads_q * ((p.seqlen_q + row.block_m - 1) / row.block_m);
+  l.turns = l.counter_ints;
+  if (tiles) l.counter_ints += static_cast<int64_t>(rows_k * hkv);
   l.total = align_up(l.counters + static_cast<size_t>(l.counter_ints) * sizeof(int));
   return l;
 }
@@ -163,6 +187,7 @@ sm80::BwdParams make_params(const Problem& p, const BwdKernelRow& row) {
   f.total_k = p.total_k;
   f.num_kv_blocks = static_cast<int>((p.seqlen_k + row.block_n - 1) / row.block_n);
   f.num_q_blocks = static_cast<int>((p.seqlen_q + row.block_m - 1) / row.block_m);
+  f.head_tiles = head_tiles(p, row) ? 1 : 0;
   return f;
 }
 
@@ -258,6 +283,11 @@ void bwd(const Problem& p, void* stream_ptr) {
   params.claims = dq.claims ? params.tile_counter + 1 : nullptr;
   params.dq_first_stored = dq.first_stored ? 1 : 0;
   params.zero_ints = l.counter_ints;
+  if (params.head_tiles) {
+    params.dk_accum = reinterpret_cast<float*>(ws + l.dk_accum);
+    params.dv_accum = reinterpret_cast<float*>(ws + l.dv_accum);
+    params.dkv_turns = params.tile_counter + l.turns;
+  }
 
   // D = rowsum(dO∘O), the counters = 0 and dQ_accum = 0 (unless the main kernel stores first);
   // then dK, dV and dQ_accum; then dQ.
@@ -268,6 +298,7 @@ void bwd(const Problem& p, void* stream_ptr) {
   }
   if (any_kv) row.launch(params, stream);
   if (any_q) bwd_post_launch(params, bf16, stream);
+  if (any_kv && params.head_tiles) bwd_dkdv_post_launch(params, bf16, stream);
 }
 
 }  // namespace fa::cuda

@@ -76,6 +76,17 @@ struct BwdParams {
   // claims where there are any (one region, launch/bwd.cu).
   int64_t zero_ints;
   int64_t rows_q;   // B·Sq, or total_q with varlen
+  // GQA in tiles of one query head (sm90; launch/bwd.cu says where), 1: a tile per (kv block,
+  // query head, batch), not per kv head, and the group's tiles of a kv block sum dK and dV in
+  // query-head order: the first stores its part into dk_accum / dv_accum (fp32 [B·Sk or total_k,
+  // Hkv, D] and [.., Dv]), each later one adds its own once dkv_turns ([B·Sk or total_k, Hkv],
+  // zeroed with the counters; the entry of a kv block's first key row) counts the heads before
+  // it, and the postprocess rounds the sums into dk and dv. 0: a tile runs the whole group and
+  // holds the sums (dk_accum etc. unused).
+  int head_tiles;
+  float* dk_accum;
+  float* dv_accum;
+  int* dkv_turns;
 
   float scale;       // softmax scale; dS_raw = scale · dS_x multiplies dQ and dK
   float score_log2;  // scale·log2(e) without softcap; log2(e)·softcap with it

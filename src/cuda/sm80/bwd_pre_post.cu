@@ -208,6 +208,40 @@ __global__ void __launch_bounds__(kRowThreads) bwd_post_kernel(const __grid_cons
   }
 }
 
+// dK and dV from their fp32 sums (BwdParams::head_tiles: dk_accum [rows_k, Hkv, D], dv_accum
+// [rows_k, Hkv, Dv]), rounded to the storage type in the caller's strides: one thread per 8
+// columns (D and Dv are multiples of 8 on the sm90 kernels), dK's chunks then dV's of a row.
+template <bool kIsBf16>
+__global__ void __launch_bounds__(kRowThreads) bwd_dkdv_post_kernel(const __grid_constant__ sm80::BwdParams p,
+                                                                    int64_t rows_k) {
+  using T = typename Storage<kIsBf16>::type;
+  const int chunks_k = p.head_dim / 8, chunks = chunks_k + p.head_dim_v / 8;
+  const int64_t per_row = int64_t(p.heads_kv) * chunks, tasks = rows_k * per_row;
+  for (int64_t i = int64_t(blockIdx.x) * kRowThreads + threadIdx.x; i < tasks; i += int64_t(gridDim.x) * kRowThreads) {
+    const int64_t row = i / per_row;
+    const int rest = static_cast<int>(i - row * per_row);
+    const int h = rest / chunks, c = rest % chunks;
+    const bool is_v = c >= chunks_k;
+    const int col = 8 * (is_v ? c - chunks_k : c);
+    const int dim = is_v ? p.head_dim_v : p.head_dim;
+    const float* sum = (is_v ? p.dv_accum : p.dk_accum) + (row * p.heads_kv + h) * dim + col;
+    const float4 x = reinterpret_cast<const float4*>(sum)[0], y = reinterpret_cast<const float4*>(sum)[1];
+    int64_t b = 0, s = row;  // varlen: the packed row
+    if (p.cu_seqlens_k == nullptr) {
+      b = row / p.seqlen_k;
+      s = row - b * p.seqlen_k;
+    }
+    T* out = static_cast<T*>(is_v ? p.dv : p.dk) + b * (is_v ? p.dv_batch_stride : p.dk_batch_stride) +
+             s * (is_v ? p.dv_row_stride : p.dk_row_stride) + h * (is_v ? p.dv_head_stride : p.dk_head_stride) + col;
+    uint4 o;
+    o.x = pack2<kIsBf16>(x.x, x.y);
+    o.y = pack2<kIsBf16>(x.z, x.w);
+    o.z = pack2<kIsBf16>(y.x, y.y);
+    o.w = pack2<kIsBf16>(y.z, y.w);
+    *reinterpret_cast<uint4*>(out) = o;
+  }
+}
+
 int lanes_per_row(int dim) {
   int n = 1;
   while (n * 8 < dim) n *= 2;
@@ -246,6 +280,19 @@ void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
                                                     : (bf16 ? &bwd_post_kernel<true, kTiled> : &bwd_post_kernel<false, kTiled>);
   kernel<<<blocks, kRowThreads, 0, stream>>>(p, row_divs(p), lanes);
   check_launch("bwd_post_kernel");
+}
+
+void bwd_dkdv_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream) {
+  const int64_t rows_k = p.cu_seqlens_k != nullptr ? p.total_k : int64_t(p.batch) * p.seqlen_k;
+  const int64_t tasks = rows_k * p.heads_kv * ((p.head_dim + p.head_dim_v) / 8);
+  if (tasks == 0) return;
+  const int64_t want = (tasks + kRowThreads - 1) / kRowThreads, cap = int64_t(1) << 20;  // grid-stride beyond
+  const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
+  if (bf16)
+    bwd_dkdv_post_kernel<true><<<blocks, kRowThreads, 0, stream>>>(p, rows_k);
+  else
+    bwd_dkdv_post_kernel<false><<<blocks, kRowThreads, 0, stream>>>(p, rows_k);
+  check_launch("bwd_dkdv_post_kernel");
 }
 
 }  // namespace fa::cuda

@@ -12,5 +12,7 @@ namespace fa::cuda {
 void bwd_pre_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream);
 // p.dq = p.scale · p.dq_accum, rounded to the storage type.
 void bwd_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream);
+// With head tiles (sm90): p.dk = p.dk_accum and p.dv = p.dv_accum, rounded to the storage type.
+void bwd_dkdv_post_launch(const sm80::BwdParams& p, bool bf16, cudaStream_t stream);
 
 }  // namespace fa::cuda

@@ -257,10 +257,11 @@ struct BwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  // One tile per (kv block, kv head, batch), kv block fastest (the order: decode); a CTA per
+  // One tile per (kv block, kv head, batch), or with head tiles (BwdParams::head_tiles) per
+  // (kv block, query head, batch), kv block fastest (the order: decode); a CTA per
   // multiprocessor, or per tile when there are fewer.
   __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
-    return int64_t(p.num_kv_blocks) * p.heads_kv * p.batch;
+    return int64_t(p.num_kv_blocks) * (p.head_tiles ? p.heads_q : p.heads_kv) * p.batch;
   }
   // The rotated q-block order (RotatedQOrder) where every kv block sees every q block, in the
   // ordered reduction and with claims (the kv blocks of a head then reach a q block one after
@@ -301,13 +302,19 @@ struct BwdKernel {
   // A tile's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
   // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
   // varlen: one packed batch). kv_block < 0: no tile left (the producer's last hand-over).
-  // The q blocks go ascending from qb_first; in RotatedQOrder (params.rotated) qb_first is the
-  // kv block's first q block and n_qb all the batch's, so the order wraps past the last.
+  // The steps go head by head from query head h0 (the group's first, or with head tiles h0
+  // alone), the q blocks ascending from qb_first; in RotatedQOrder (params.rotated) qb_first is
+  // the kv block's first q block and n_qb all the batch's, so the order wraps past the last.
   struct Steps {
-    int kv_block, hk, b, kv0, kv_rows, qb_first, n_qb, steps;
+    int kv_block, h0, b, kv0, kv_rows, qb_first, n_qb, steps;
     int sq, sk, q_first, k_first, map_b;
   };
-  // The q block of step s of the tile (the query head is s / n_qb): RotatedQOrder::qb_of_step
+  // The query head of step s of the tile, and the tile's kv head (computed where needed, once a
+  // tile: a field of its own stays live over the consumers' step loop, where hdim 128 has no
+  // register to spare).
+  __device__ __forceinline__ static int step_head(const Steps& w, int s) { return w.h0 + s / w.n_qb; }
+  __device__ __forceinline__ static int kv_head(const sm80::BwdParams& p, const Steps& w) { return w.h0 / p.group; }
+  // The q block of step s of the tile: RotatedQOrder::qb_of_step
   // where it wraps (past sq); a masked tile's q blocks all lie below sq (no extra registers in
   // the producer warp, which has 24).
   __device__ __forceinline__ static int step_qb(const Steps& w, int s) {
@@ -368,6 +375,10 @@ struct BwdKernel {
   template <int kN>
   __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
                                                     const float (&acc_dv)[kN], bool dk_any, int r0, int col0, int t);
+  template <int kN>
+  __device__ __forceinline__ static void add_dkdv_in_turn(const sm80::BwdParams& p, const Steps& w,
+                                                          const float (&acc_dk)[kN], const float (&acc_dv)[kN],
+                                                          bool dk_any, int r0, int col0, int t);
   template <int kN>
   __device__ __forceinline__ static void store_dkdv_tma(const Params& params, uint32_t smem_base, char* smem,
                                                         const Steps& w, const float (&acc_dk)[kN],
@@ -446,14 +457,17 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   // on tiles drawn before it, each one step ahead of it (dq_turn; rotate: RotatedQOrder's turns,
   // the tiles dealt in rounds of whole heads, rotated_order). GQA under a causal-like
   // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
-  // the group's query heads: kv block fastest left the last heads' long tiles to the end).
-  const int heads_batch = p.heads_kv * p.batch;  // below 2^30 as the tiles
-  const bool kv_slowest = p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
+  // the group's query heads: kv block fastest left the last heads' long tiles to the end). Head
+  // tiles: kv block fastest, query head next, as without GQA.
+  const int heads = p.head_tiles ? p.heads_q : p.heads_kv;
+  const int heads_batch = heads * p.batch;  // below 2^30 as the tiles
+  const bool kv_slowest = !p.head_tiles && p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
   const int nb = kv_slowest ? idx / heads_batch : idx % p.num_kv_blocks;
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
   const int rest = kv_slowest ? idx % heads_batch : idx / p.num_kv_blocks;
-  w.hk = rest % p.heads_kv;
-  w.b = rest / p.heads_kv;
+  const int h = rest % heads;
+  w.h0 = p.head_tiles ? h : h * p.group;
+  w.b = rest / heads;
   if (p.cu_seqlens_q != nullptr) {
     w.q_first = p.cu_seqlens_q[w.b];
     w.k_first = p.cu_seqlens_k[w.b];
@@ -480,7 +494,7 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   w.qb_first = row_lo / kBlockM;
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
-  w.steps = w.n_qb * p.group;
+  w.steps = p.head_tiles ? w.n_qb : w.n_qb * p.group;
   // The rotated order over this batch's q and kv blocks (varlen: fewer than the maximum).
   if (rotate) w.qb_first = RotatedQOrder::first_qb(w.kv_block, w.n_qb, (sk + kBlockN - 1) / kBlockN);
   return true;
@@ -554,17 +568,22 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   constexpr float kLog2e = 1.4426950408889634f;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int num_tiles = static_cast<int>(num_tiles_of(p));  // below 2^30 (can_implement)
-  int idx = static_cast<int>(blockIdx.x);
   const bool rotate = params.rotated != 0;
   const bool dealt = dealt_rounds(params);
+  // Head tiles wait on tiles drawn before them (add_dkdv_in_turn): every tile is drawn, the
+  // first too, so that only CTAs already running hold one (a CTA not yet started, its SM taken
+  // by other work, holds none that another waits on). Else the first is blockIdx.x.
+  const int first_drawn = p.head_tiles ? 0 : static_cast<int>(gridDim.x);
+  int idx = static_cast<int>(blockIdx.x);
   const auto draw = [&] {
     if (dealt) {
       idx += static_cast<int>(gridDim.x);
       return;
     }
     const int drawn = lane == 0 ? atomicAdd(p.tile_counter, 1) : 0;
-    idx = static_cast<int>(gridDim.x) + __shfl_sync(0xffffffffu, drawn, 0);
+    idx = first_drawn + __shfl_sync(0xffffffffu, drawn, 0);
   };
+  if (p.head_tiles) draw();
   uint32_t ring = 0;
   for (int tile = 0;; ++tile) {
     Steps w;
@@ -589,7 +608,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
       }
       kv_full.arrive_expect_tx(2 * kKVBytes);
       for (int c = 0; c < kPanels; ++c) {
-        const int32_t coords[4] = {c * kPanelCols, w.k_first + w.kv0, w.hk, w.map_b};
+        const int32_t coords[4] = {c * kPanelCols, w.k_first + w.kv0, kv_head(p, w), w.map_b};
         ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
                                           smem + kOffK + c * kKVPanelBytes, &params.tm_k, coords, kv_full.bar);
         ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global,
@@ -599,7 +618,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
     const auto load_step = [&](int s) {
       const int stage = static_cast<int>((ring + s) % kStages);
       const uint32_t phase = ((ring + s) / kStages) & 1;
-      const int h = w.hk * p.group + s / w.n_qb;
+      const int h = step_head(w, s);
       const int q0 = step_qb(w, s) * kBlockM;
       const SmemBarrier full{bars + kBarFull + stage}, empty{bars + kBarEmpty + stage};
       // LSE and D of the step's rows, read before the wait for the stage (their latency runs
@@ -677,7 +696,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     if (w.kv_block < 0) break;
     // The counter of step s's (query head, q block) in p.locks / p.claims.
     const auto block_of = [&](int s) {
-      return (int64_t(w.b) * p.heads_q + w.hk * p.group + s / w.n_qb) * p.num_q_blocks + step_qb(w, s);
+      return (int64_t(w.b) * p.heads_q + step_head(w, s)) * p.num_q_blocks + step_qb(w, s);
     };
     // Lane 0 with claims: this step's claim, taken at the end of the step before (the atomic's
     // round trip then runs under the wait for the tile, not before the tile's bulk copy); a
@@ -685,7 +704,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     int claimed = 0;
     for (int s = 0; s < w.steps; ++s, ++ring) {
       const int stage = static_cast<int>(ring % kStages);
-      const int h = w.hk * p.group + s / w.n_qb;
+      const int h = step_head(w, s);
       const int qb = step_qb(w, s);
       const int q0 = qb * kBlockM;
       if constexpr (kSplitD) {
@@ -761,9 +780,9 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::sto
                                                                              const float (&acc_dv)[kN], bool dk_any,
                                                                              int r0, int col0, int t) {
   T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
-          w.hk * p.dk_head_stride;
+          kv_head(p, w) * p.dk_head_stride;
   T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
-          w.hk * p.dv_head_stride;
+          kv_head(p, w) * p.dv_head_stride;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = r0 + 8 * hh;
@@ -778,6 +797,61 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::sto
         *reinterpret_cast<uint32_t*>(dv + r * p.dv_row_stride + col) =
             dk_any || !kSplitD ? pack2<kIsBf16>(acc_dv[4 * i + 2 * hh], acc_dv[4 * i + 2 * hh + 1]) : 0u;
     }
+  }
+}
+
+// The epilogue of head tiles (BwdParams::head_tiles), both consumers, every consumer thread:
+// this tile's dK·scale and dV (store_dkdv's values, zeros where it writes zeros) summed with the
+// group's other query heads of the kv block, in head order, into the fp32 accumulators, which
+// the postprocess rounds into dK and dV. The first consumer thread waits until the turn counter
+// counts the heads before this one (acquire; they are tiles drawn earlier, each run or running
+// in some CTA, so the wait ends); then the first head stores its part and each later one adds
+// its own by reductions (no read back: a pass with loads cost the hdim-128 step loop spills);
+// then, all of them issued and fenced, the first thread counts this head done (release). The
+// adds' order is fixed: dK and dV are reproducible bit for bit.
+template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
+template <int kN>
+__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::add_dkdv_in_turn(
+    const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN], const float (&acc_dv)[kN], bool dk_any,
+    int r0, int col0, int t) {
+  const int hk = kv_head(p, w), turn = w.h0 - hk * p.group;
+  const bool lead = threadIdx.x == kWarpGroupThreads;
+  // The block's first key row, which names its turn counter: the fields store_dkdv reads too.
+  const int64_t row_k = int64_t(w.map_b) * p.seqlen_k + w.k_first + w.kv0;
+  int* counter = p.dkv_turns + row_k * p.heads_kv + hk;
+  if (lead && turn > 0) {
+    while (ptx::ld_acquire_gpu(counter) < turn) __nanosleep(64);
+  }
+  __syncwarp();  // the lead's warp converged before the aligned barrier
+  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
+  const auto put_part = [&](const auto& acc, float mul, bool any, float* sums, int64_t pitch, int cols) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + 8 * hh;
+      if (r >= w.kv_rows) continue;
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        const int col = col0 + 8 * i + 2 * t;
+        if (col >= cols) continue;
+        const int e = 4 * i + 2 * hh;
+        const float x = any ? acc[e] * mul : 0.f, y = any ? acc[e + 1] * mul : 0.f;
+        float* at = sums + r * pitch + col;
+        if (turn == 0) {
+          *reinterpret_cast<float2*>(at) = make_float2(x, y);
+        } else {
+          ptx::red_add_f32x2(at, x, y);
+        }
+      }
+    }
+  };
+  const int64_t dk_pitch = int64_t(p.heads_kv) * p.head_dim, dv_pitch = int64_t(p.heads_kv) * p.head_dim_v;
+  put_part(acc_dk, p.scale, dk_any, p.dk_accum + row_k * dk_pitch + int64_t(hk) * p.head_dim, dk_pitch, p.head_dim);
+  put_part(acc_dv, 1.f, dk_any || !kSplitD, p.dv_accum + row_k * dv_pitch + int64_t(hk) * p.head_dim_v, dv_pitch,
+           p.head_dim_v);
+  if (turn < p.group - 1) {
+    __threadfence();
+    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
+    if (lead) ptx::red_release_add_gpu(counter, 1);
   }
 }
 
@@ -808,7 +882,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::sto
   if (threadIdx.x % kWarpGroupThreads == 0) {
 #pragma unroll
     for (int c = 0; c < kCols / kPanelCols; ++c) {
-      const int32_t coords[4] = {col0 + c * kPanelCols, w.kv0 + row0, w.hk, w.map_b};
+      const int32_t coords[4] = {col0 + c * kPanelCols, w.kv0 + row0, kv_head(p, w), w.map_b};
       cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dk, coords,
                                smem + kOffDk + offset + c * kKVPanelBytes);
       cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dv, coords,
@@ -844,7 +918,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epi
   } else {
     const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
     // this thread's rows: row0 + 16·warp + g (+ 8), columns col0 + 8i + 2t (+ 1)
-    store_dkdv(params.prob, w, acc_dk, acc_dv, dk_any, row0 + 16 * (tid / 32) + tid % 32 / 4, col0, tid % 4);
+    const int r0 = row0 + 16 * (tid / 32) + tid % 32 / 4;
+    if (params.prob.head_tiles) {
+      add_dkdv_in_turn(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);
+    } else {
+      store_dkdv(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);
+    }
   }
 }
 
@@ -1061,7 +1140,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   for (; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
-    const int h = w.hk * p.group + s / w.n_qb;
+    const int h = step_head(w, s);
     const int qb = step_qb(w, s);
     const int q0 = qb * kBlockM;
     const SmemBarrier full{bars + kBarFull + stage};

@@ -43,11 +43,11 @@ std::string make_bwd_params(const sm80::BwdParams& p, BwdParams* out) {
                               Kernel::kBlockM);
   // dK and dV by TMA stores where their layout allows it; otherwise plain stores, never a
   // refusal. Varlen keeps the plain stores (a box past a packed sequence would write into the
-  // next one). FLASHATTN_SM90_DKDV_STORE=plain forces them (to compare the two epilogues in one
+  // next one); head tiles sum them in turn from the registers (BwdKernel::add_dkdv_in_turn). FLASHATTN_SM90_DKDV_STORE=plain forces them (to compare the two epilogues in one
   // process).
   static const bool plain_forced = plain_stores_forced("FLASHATTN_SM90_DKDV_STORE");
   out->dkdv_by_tma = 0;
-  if (why.empty() && p.cu_seqlens_q == nullptr && !plain_forced &&
+  if (why.empty() && p.cu_seqlens_q == nullptr && !p.head_tiles && !plain_forced &&
       encode_bshd_map(&out->tm_dk, kIsBf16, p.dk, e.batch, e.rows_k, p.heads_kv, p.head_dim, p.dk_batch_stride,
                       p.dk_row_stride, p.dk_head_stride, Kernel::kDkdvStoreRows)
           .empty() &&

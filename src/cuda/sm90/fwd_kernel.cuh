@@ -989,6 +989,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     }
     if constexpr (kNextS) {
       const uint32_t next_k = round_s_keys(sm, b, round + 1, kv_base + n_blocks);
+      ptx::warpgroup_fence();  // else ptxas injects it here (C7519): the same SASS
       issue_s(sm, group, (round + 1) % kQStages, next_k, s);
       ptx::warpgroup_commit();
     }

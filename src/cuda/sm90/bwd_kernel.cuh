@@ -257,16 +257,11 @@ struct BwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  // Head tiles (BwdParams::head_tiles) come with a causal-like mask only, so never to the unmasked
-  // instantiation, which then compiles none of their code (bwd_launch refuses the pairing).
-  __host__ __device__ __forceinline__ static bool head_tiles(const sm80::BwdParams& p) {
-    return !kUnmasked && p.head_tiles != 0;
-  }
-  // One tile per (kv block, kv head, batch), or with head tiles per (kv block, query head,
-  // batch), kv block fastest (the order: decode); a CTA per multiprocessor, or per tile when
-  // there are fewer.
+  // One tile per (kv block, kv head, batch), or with head tiles (BwdParams::head_tiles) per
+  // (kv block, query head, batch), kv block fastest (the order: decode); a CTA per
+  // multiprocessor, or per tile when there are fewer.
   __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
-    return int64_t(p.num_kv_blocks) * (head_tiles(p) ? p.heads_q : p.heads_kv) * p.batch;
+    return int64_t(p.num_kv_blocks) * (p.head_tiles ? p.heads_q : p.heads_kv) * p.batch;
   }
   // The rotated q-block order (RotatedQOrder) where every kv block sees every q block, in the
   // ordered reduction and with claims (the kv blocks of a head then reach a q block one after
@@ -464,14 +459,14 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
   // the group's query heads: kv block fastest left the last heads' long tiles to the end). Head
   // tiles: kv block fastest, query head next, as without GQA.
-  const int heads = head_tiles(p) ? p.heads_q : p.heads_kv;
+  const int heads = p.head_tiles ? p.heads_q : p.heads_kv;
   const int heads_batch = heads * p.batch;  // below 2^30 as the tiles
-  const bool kv_slowest = !head_tiles(p) && p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
+  const bool kv_slowest = !p.head_tiles && p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
   const int nb = kv_slowest ? idx / heads_batch : idx % p.num_kv_blocks;
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
   const int rest = kv_slowest ? idx % heads_batch : idx / p.num_kv_blocks;
   const int h = rest % heads;
-  w.h0 = head_tiles(p) ? h : h * p.group;
+  w.h0 = p.head_tiles ? h : h * p.group;
   w.b = rest / heads;
   if (p.cu_seqlens_q != nullptr) {
     w.q_first = p.cu_seqlens_q[w.b];
@@ -499,7 +494,7 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   w.qb_first = row_lo / kBlockM;
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
-  w.steps = head_tiles(p) ? w.n_qb : w.n_qb * p.group;
+  w.steps = p.head_tiles ? w.n_qb : w.n_qb * p.group;
   // The rotated order over this batch's q and kv blocks (varlen: fewer than the maximum).
   if (rotate) w.qb_first = RotatedQOrder::first_qb(w.kv_block, w.n_qb, (sk + kBlockN - 1) / kBlockN);
   return true;
@@ -578,7 +573,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   // Head tiles wait on tiles drawn before them (add_dkdv_in_turn): every tile is drawn, the
   // first too, so that only CTAs already running hold one (a CTA not yet started, its SM taken
   // by other work, holds none that another waits on). Else the first is blockIdx.x.
-  const int first_drawn = head_tiles(p) ? 0 : static_cast<int>(gridDim.x);
+  const int first_drawn = p.head_tiles ? 0 : static_cast<int>(gridDim.x);
   int idx = static_cast<int>(blockIdx.x);
   const auto draw = [&] {
     if (dealt) {
@@ -588,7 +583,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
     const int drawn = lane == 0 ? atomicAdd(p.tile_counter, 1) : 0;
     idx = first_drawn + __shfl_sync(0xffffffffu, drawn, 0);
   };
-  if (head_tiles(p)) draw();
+  if (p.head_tiles) draw();
   uint32_t ring = 0;
   for (int tile = 0;; ++tile) {
     Steps w;
@@ -924,7 +919,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epi
     const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
     // this thread's rows: row0 + 16·warp + g (+ 8), columns col0 + 8i + 2t (+ 1)
     const int r0 = row0 + 16 * (tid / 32) + tid % 32 / 4;
-    if (head_tiles(params.prob)) {
+    if (params.prob.head_tiles) {
       add_dkdv_in_turn(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);
     } else {
       store_dkdv(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);

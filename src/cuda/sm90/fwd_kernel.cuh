@@ -23,6 +23,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/common/tile_scheduler.cuh"
+#include "cuda/ptx/elect.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -128,6 +129,17 @@ struct FwdKernel {
   // the instantiations fwd_launch picks for problems without a softcap (kFwdOwnPasses), only the
   // keys' end (kPassesDense) or the causal mask (kPassesCausal).
   static constexpr int kPasses = kPasses_;
+  // The lane of a warp that makes its K/V stage arrivals: lane 0, or on the 192-row kernels with
+  // every mask pass an elected one (elect.sync), whose key loops otherwise read the lane index
+  // back from local memory each block; elsewhere elect.sync's two instructions a block cost
+  // 1–2% (docs/PERF.md, sm90 forward section).
+  __device__ __forceinline__ static bool stage_arriver(int lane) {
+    if constexpr (kPasses == kPassesAll && kBlockM == 192) {
+      return ptx::warp_elect_one();
+    } else {
+      return lane == 0;
+    }
+  }
 
   // Warp roles: one producer warpgroup, kBlockM / 64 consumer warpgroups of 64 query rows each.
   static constexpr int kWarpGroupThreads = 128;
@@ -691,7 +703,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
+    if (stage_arriver(lane)) b.k_empty(stage).arrive();  // this warp's reads of K_it are done
     if (it + 1 == n_blocks && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // and of Q (and the slot)
 
     uint32_t p_frag[kBlockN / 16][4];
@@ -708,7 +720,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     pass_turn(group);
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
-    if (lane == 0) b.v_empty(stage).arrive();
+    if (stage_arriver(lane)) b.v_empty(stage).arrive();
   }
   store_tile(params, group, sm, b, w, 0, softmax, o3);  // not kOHalf (the overlapped schedule only)
 }
@@ -922,7 +934,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<0>();
     }
     ptx::warpgroup_fence_operand(s);
-    if (lane == 0) b.k_empty(st0).arrive();
+    if (stage_arriver(lane)) b.k_empty(st0).arrive();
     if (n_own == 1 && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();
     scores(0, alpha);
     scores_rest(alpha);
@@ -945,13 +957,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       pass_turn(group);
       ptx::warpgroup_wait<1>();  // S_it landed; the P·V may still run
       ptx::warpgroup_fence_operand(s);
-      if (lane == 0) b.k_empty(stage).arrive();
+      if (stage_arriver(lane)) b.k_empty(stage).arrive();
       if (it + 1 == n_own && q_freed_at_last_qk(params)) b.q_empty(w.q_stage).arrive();  // the last read of Q
       scores(it, alpha);
       ptx::warpgroup_wait<0>();  // P_{it-1}·V_{it-1} landed
       ptx::warpgroup_fence_operand(acc_o);
       ptx::warpgroup_fence_operand(p_flat);
-      if (lane == 0) b.v_empty(prev).arrive();
+      if (stage_arriver(lane)) b.v_empty(prev).arrive();
       scores_rest(alpha);
       // O = alpha·O (kLazy: by the warps with a row whose maximum moved; most blocks have none)
       if (!kLazy || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -982,9 +994,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       const int st = stage_of(kv_base + n_own);
       const uint32_t ph = phase_of(kv_base + n_own);
       b.k_full(st).wait(ph);
-      if (lane == 0) b.k_empty(st).arrive();
+      if (stage_arriver(lane)) b.k_empty(st).arrive();
       b.v_full(st).wait(ph);
-      if (lane == 0) b.v_empty(st).arrive();
+      if (stage_arriver(lane)) b.v_empty(st).arrive();
       wait_turn(group);
     }
     if constexpr (kNextS) {
@@ -997,7 +1009,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_wait<kNextS ? 1 : 0>();  // the P·V landed (the next S_0 runs on)
     ptx::warpgroup_fence_operand(acc_o);
     ptx::warpgroup_fence_operand(p_flat);
-    if (lane == 0) b.v_empty(last).arrive();
+    if (stage_arriver(lane)) b.v_empty(last).arrive();
   } else {
 #pragma unroll
     for (int i = 0; i < kOT * 4; ++i) acc_o[i] = 0.f;  // no key: O = 0 (and LSE = -inf)
@@ -1059,9 +1071,9 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     const uint32_t phase = phase_of(kv_base + it);
     b.k_full(stage).wait(phase);
     if (it % kConsumerGroups != group) {  // another warpgroup's block
-      if (lane == 0) b.k_empty(stage).arrive();
+      if (stage_arriver(lane)) b.k_empty(stage).arrive();
       b.v_full(stage).wait(phase);
-      if (lane == 0) b.v_empty(stage).arrive();
+      if (stage_arriver(lane)) b.v_empty(stage).arrive();
       continue;
     }
     if (!kNextS || it > 0) {
@@ -1072,7 +1084,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
       ptx::warpgroup_wait<0>();
       ptx::warpgroup_fence_operand(s);
     }
-    if (lane == 0) b.k_empty(stage).arrive();
+    if (stage_arriver(lane)) b.k_empty(stage).arrive();
     uint32_t p_frag[kBlockN / 16][4];
     scores_to_p(p, w, it, row0, s, softmax, o3, p_frag);
     b.v_full(stage).wait(phase);
@@ -1083,7 +1095,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     ptx::warpgroup_commit();
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(acc_o);
-    if (lane == 0) b.v_empty(stage).arrive();
+    if (stage_arriver(lane)) b.v_empty(stage).arrive();
   }
   // Q read by every GEMM of this tile; with O staged in the Q buffer the first warpgroup's store
   // releases it instead.

@@ -132,7 +132,7 @@ struct FwdKernel {
   // The lane of a warp that makes its K/V stage arrivals: lane 0, or on the 192-row kernels with
   // every mask pass an elected one (elect.sync), whose key loops otherwise read the lane index
   // back from local memory each block; elsewhere elect.sync's two instructions a block cost
-  // 1–2% (docs/PERF.md, sm90 forward section).
+  // 1–2% (docs/PERF.md, the end of the sm90 backward section).
   __device__ __forceinline__ static bool stage_arriver(int lane) {
     if constexpr (kPasses == kPassesAll && kBlockM == 192) {
       return ptx::warp_elect_one();

@@ -257,11 +257,16 @@ struct BwdKernel {
 
   static constexpr int smem_bytes() { return kSmemBytes; }
   static dim3 block() { return dim3(kThreads); }
-  // One tile per (kv block, kv head, batch), or with head tiles (BwdParams::head_tiles) per
-  // (kv block, query head, batch), kv block fastest (the order: decode); a CTA per
-  // multiprocessor, or per tile when there are fewer.
+  // Head tiles (BwdParams::head_tiles) come with a causal-like mask only, so never to the unmasked
+  // instantiation, which then compiles none of their code (bwd_launch refuses the pairing).
+  __host__ __device__ __forceinline__ static bool head_tiles(const sm80::BwdParams& p) {
+    return !kUnmasked && p.head_tiles != 0;
+  }
+  // One tile per (kv block, kv head, batch), or with head tiles per (kv block, query head,
+  // batch), kv block fastest (the order: decode); a CTA per multiprocessor, or per tile when
+  // there are fewer.
   __host__ __device__ static int64_t num_tiles_of(const sm80::BwdParams& p) {
-    return int64_t(p.num_kv_blocks) * (p.head_tiles ? p.heads_q : p.heads_kv) * p.batch;
+    return int64_t(p.num_kv_blocks) * (head_tiles(p) ? p.heads_q : p.heads_kv) * p.batch;
   }
   // The rotated q-block order (RotatedQOrder) where every kv block sees every q block, in the
   // ordered reduction and with claims (the kv blocks of a head then reach a q block one after
@@ -302,18 +307,23 @@ struct BwdKernel {
   // A tile's block and its steps. sq, sk: the batch's sequence lengths; q_first, k_first: its
   // first packed row (varlen) or 0; map_b: the batch coordinate of the tensor maps (0 with
   // varlen: one packed batch). kv_block < 0: no tile left (the producer's last hand-over).
-  // The steps go head by head from query head h0 (the group's first, or with head tiles h0
-  // alone), the q blocks ascending from qb_first; in RotatedQOrder (params.rotated) qb_first is
-  // the kv block's first q block and n_qb all the batch's, so the order wraps past the last.
+  // The steps go head by head, the group's query heads of kv head h (or with head tiles query
+  // head h alone), the q blocks ascending from qb_first; in RotatedQOrder (params.rotated)
+  // qb_first is the kv block's first q block and n_qb all the batch's, so the order wraps past
+  // the last.
   struct Steps {
-    int kv_block, h0, b, kv0, kv_rows, qb_first, n_qb, steps;
+    int kv_block, h, b, kv0, kv_rows, qb_first, n_qb, steps;
     int sq, sk, q_first, k_first, map_b;
   };
   // The query head of step s of the tile, and the tile's kv head (computed where needed, once a
   // tile: a field of its own stays live over the consumers' step loop, where hdim 128 has no
   // register to spare).
-  __device__ __forceinline__ static int step_head(const Steps& w, int s) { return w.h0 + s / w.n_qb; }
-  __device__ __forceinline__ static int kv_head(const sm80::BwdParams& p, const Steps& w) { return w.h0 / p.group; }
+  __device__ __forceinline__ static int step_head(const sm80::BwdParams& p, const Steps& w, int s) {
+    return (head_tiles(p) ? w.h : w.h * p.group) + s / w.n_qb;
+  }
+  __device__ __forceinline__ static int kv_head(const sm80::BwdParams& p, const Steps& w) {
+    return head_tiles(p) ? w.h / p.group : w.h;
+  }
   // The q block of step s of the tile: RotatedQOrder::qb_of_step
   // where it wraps (past sq); a masked tile's q blocks all lie below sq (no extra registers in
   // the producer warp, which has 24).
@@ -459,14 +469,13 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   // mask: kv block slowest, so that the longest tiles of every kv head start first (each runs
   // the group's query heads: kv block fastest left the last heads' long tiles to the end). Head
   // tiles: kv block fastest, query head next, as without GQA.
-  const int heads = p.head_tiles ? p.heads_q : p.heads_kv;
+  const int heads = head_tiles(p) ? p.heads_q : p.heads_kv;
   const int heads_batch = heads * p.batch;  // below 2^30 as the tiles
-  const bool kv_slowest = !p.head_tiles && p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
+  const bool kv_slowest = !head_tiles(p) && p.group > 1 && LongestFirstScheduler::by_length(mask_of(p));
   const int nb = kv_slowest ? idx / heads_batch : idx % p.num_kv_blocks;
   w.kv_block = p.locks != nullptr ? p.num_kv_blocks - 1 - nb : nb;
   const int rest = kv_slowest ? idx % heads_batch : idx / p.num_kv_blocks;
-  const int h = rest % heads;
-  w.h0 = p.head_tiles ? h : h * p.group;
+  w.h = rest % heads;
   w.b = rest / heads;
   if (p.cu_seqlens_q != nullptr) {
     w.q_first = p.cu_seqlens_q[w.b];
@@ -494,7 +503,7 @@ __device__ __forceinline__ bool BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dec
   w.qb_first = row_lo / kBlockM;
   const int qb_end = (row_hi + kBlockM - 1) / kBlockM;
   w.n_qb = qb_end > w.qb_first ? qb_end - w.qb_first : 0;
-  w.steps = p.head_tiles ? w.n_qb : w.n_qb * p.group;
+  w.steps = head_tiles(p) ? w.n_qb : w.n_qb * p.group;
   // The rotated order over this batch's q and kv blocks (varlen: fewer than the maximum).
   if (rotate) w.qb_first = RotatedQOrder::first_qb(w.kv_block, w.n_qb, (sk + kBlockN - 1) / kBlockN);
   return true;
@@ -573,7 +582,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   // Head tiles wait on tiles drawn before them (add_dkdv_in_turn): every tile is drawn, the
   // first too, so that only CTAs already running hold one (a CTA not yet started, its SM taken
   // by other work, holds none that another waits on). Else the first is blockIdx.x.
-  const int first_drawn = p.head_tiles ? 0 : static_cast<int>(gridDim.x);
+  const int first_drawn = head_tiles(p) ? 0 : static_cast<int>(gridDim.x);
   int idx = static_cast<int>(blockIdx.x);
   const auto draw = [&] {
     if (dealt) {
@@ -583,7 +592,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
     const int drawn = lane == 0 ? atomicAdd(p.tile_counter, 1) : 0;
     idx = first_drawn + __shfl_sync(0xffffffffu, drawn, 0);
   };
-  if (p.head_tiles) draw();
+  if (head_tiles(p)) draw();
   uint32_t ring = 0;
   for (int tile = 0;; ++tile) {
     Steps w;
@@ -618,7 +627,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
     const auto load_step = [&](int s) {
       const int stage = static_cast<int>((ring + s) % kStages);
       const uint32_t phase = ((ring + s) / kStages) & 1;
-      const int h = step_head(w, s);
+      const int h = step_head(p, w, s);
       const int q0 = step_qb(w, s) * kBlockM;
       const SmemBarrier full{bars + kBarFull + stage}, empty{bars + kBarEmpty + stage};
       // LSE and D of the step's rows, read before the wait for the stage (their latency runs
@@ -696,7 +705,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     if (w.kv_block < 0) break;
     // The counter of step s's (query head, q block) in p.locks / p.claims.
     const auto block_of = [&](int s) {
-      return (int64_t(w.b) * p.heads_q + step_head(w, s)) * p.num_q_blocks + step_qb(w, s);
+      return (int64_t(w.b) * p.heads_q + step_head(p, w, s)) * p.num_q_blocks + step_qb(w, s);
     };
     // Lane 0 with claims: this step's claim, taken at the end of the step before (the atomic's
     // round trip then runs under the wait for the tile, not before the tile's bulk copy); a
@@ -704,7 +713,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::dq_
     int claimed = 0;
     for (int s = 0; s < w.steps; ++s, ++ring) {
       const int stage = static_cast<int>(ring % kStages);
-      const int h = step_head(w, s);
+      const int h = step_head(p, w, s);
       const int qb = step_qb(w, s);
       const int q0 = qb * kBlockM;
       if constexpr (kSplitD) {
@@ -814,7 +823,7 @@ template <int kN>
 __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::add_dkdv_in_turn(
     const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN], const float (&acc_dv)[kN], bool dk_any,
     int r0, int col0, int t) {
-  const int hk = kv_head(p, w), turn = w.h0 - hk * p.group;
+  const int hk = kv_head(p, w), turn = w.h - hk * p.group;
   const bool lead = threadIdx.x == kWarpGroupThreads;
   // The block's first key row, which names its turn counter: the fields store_dkdv reads too.
   const int64_t row_k = int64_t(w.map_b) * p.seqlen_k + w.k_first + w.kv0;
@@ -919,7 +928,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epi
     const int tid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
     // this thread's rows: row0 + 16·warp + g (+ 8), columns col0 + 8i + 2t (+ 1)
     const int r0 = row0 + 16 * (tid / 32) + tid % 32 / 4;
-    if (params.prob.head_tiles) {
+    if (head_tiles(params.prob)) {
       add_dkdv_in_turn(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);
     } else {
       store_dkdv(params.prob, w, acc_dk, acc_dv, dk_any, r0, col0, tid % 4);
@@ -1140,7 +1149,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   for (; s < w.steps; ++s) {
     const int stage = static_cast<int>((ring + s) % kStages);
     const uint32_t phase = ((ring + s) / kStages) & 1;
-    const int h = step_head(w, s);
+    const int h = step_head(p, w, s);
     const int qb = step_qb(w, s);
     const int q0 = qb * kBlockM;
     const SmemBarrier full{bars + kBarFull + stage};

@@ -150,7 +150,10 @@ void bwd_launch(const sm80::BwdParams& p, cudaStream_t stream) {
     if (passes_fit(kPassesCausal, p.mask, p.softcap))
       return launch_bwd_kernel<BwdKernelFor<kHeadDim, kIsBf16, kRow, C, kPassesCausal>>(full, sm_count, stream);
   }
-  launch_bwd_kernel<BwdKernelFor<kHeadDim, kIsBf16, kRow>>(full, sm_count, stream);
+  using Kernel = BwdKernelFor<kHeadDim, kIsBf16, kRow>;
+  if (Kernel::kUnmasked && p.head_tiles)  // they come with a mask (BwdKernel::head_tiles)
+    fail(FA_STATUS_INTERNAL_ERROR, "CUDA backward (sm90): head tiles on the unmasked kernel");
+  launch_bwd_kernel<Kernel>(full, sm_count, stream);
 }
 
 }  // namespace fa::cuda::sm90

@@ -1065,24 +1065,14 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   // kk holds q rows 16kk + 8(j / 2) .. +7, kv columns 16·warp + 8(j % 2) .. +7 of the panel.
   // Buffer s % 2 is free: the other warpgroup passed ds_ready of step s − 1, so it had waited
   // for its dQ GEMM of step s − 2. Then both warpgroups' panels are complete (ds_ready).
-  // The causal 80-row kernel derives the lane's row and chunk from threadIdx anew each step:
-  // held across its step loop, they were the one value it kept in local memory (docs/PERF.md).
   const auto stage_ds = [&](int s, const uint32_t (&frag)[kKT][4]) {
     const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
-    if constexpr (kDqTransposed && kPasses == kPassesCausal) {
-      const int x = thread_index_per_tile() % kWarpGroupThreads;
-      const int j = x % 32 / 8, q0 = 8 * (j >> 1) + x % 8, chunk = 2 * (x / 32) + (j & 1);
-      const uint32_t at = ds_panel + q0 * kRowBytes + ((chunk ^ (q0 & 7)) << 4);
+    const int j = lane / 8;
 #pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) ptx::warp_stmatrix_x4_trans(at + 16 * kk * kRowBytes, frag[kk]);
-    } else {
-      const int j = lane / 8;
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-        const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
-        const int chunk = 2 * warp + (j & 1);
-        ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), frag[kk]);
-      }
+    for (int kk = 0; kk < kKT; ++kk) {
+      const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
+      const int chunk = 2 * warp + (j & 1);
+      ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), frag[kk]);
     }
     // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);

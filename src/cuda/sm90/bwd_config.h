@@ -35,7 +35,7 @@ namespace fa::cuda::sm90 {
 // constant and no softcap pass (bwd_launch). kCausalFromQueries (row 0 at 128; 0: never): an
 // unmasked row also takes those from that many query rows, on its own causal instantiation (80-row q blocks:
 // +1 / +4 / +4% at causal 4k / 8k / 16k, +3 to +8% in the deterministic mode; −6% at 1k, where
-// 80-row blocks cut the diagonal coarsely; docs/PERF.md). Its step loop then holds one LDL.
+// 80-row blocks cut the diagonal coarsely; docs/PERF.md).
 template <int kHeadDim, int kRow = 0>
 struct BwdConfig;
 template <int kRow>

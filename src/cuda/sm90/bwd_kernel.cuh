@@ -217,6 +217,10 @@ struct BwdKernel {
   // no multiple of 64 rows (80: no m64 extent) runs it transposed, dQᵀ = Kᵀ·dSᵀ, each warpgroup
   // kHeadDim / 2 = 64 rows of d x kBlockM, into the plain accumulator layout (store_dq_transposed).
   static constexpr bool kDqTransposed = kBlockM % 64 != 0;
+  // The causal 80-row kernel reads threadIdx anew where it needs the lane's dS row or kv row in
+  // the step loop (stage_ds, the masked pass): held across the loop, ptxas kept them in local
+  // memory (docs/PERF.md).
+  static constexpr bool kLaneAnew = kDqTransposed && kPasses == kPassesCausal;
   static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;  // transposed: its m
   static constexpr int kDqAccum = kDqTransposed ? kBlockM / 2 : kDqN / 2;             // fp32 a thread
@@ -953,9 +957,12 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   // pass of its own behind one branch a step, so the full tiles' code stays branch-free and
   // small (the instruction cache).
   const auto mask_out_by = [&](const fa::Mask& mask, float (&x)[kN], float value) {
+    // consumer's rows: 64·group + 16·warp + lane / 4, group = tid / 128 − 1 (kLaneAnew).
+    const int tid = kLaneAnew ? thread_index_per_tile() : 0;
+    const int kv_row = kLaneAnew ? w.kv0 + 16 * (tid / 32) - 64 + tid % 32 / 4 : kv;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int k = kv + 8 * r;
+      const int k = kv_row + 8 * r;
       const int lo = k < w.sk ? mask.query_begin(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
       const int hi = k < w.sk ? mask.query_end(k, w.sq, w.sk) - q0 - col0 - 2 * t : 0;
 #pragma unroll
@@ -1067,12 +1074,20 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   // for its dQ GEMM of step s − 2. Then both warpgroups' panels are complete (ds_ready).
   const auto stage_ds = [&](int s, const uint32_t (&frag)[kKT][4]) {
     const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
-    const int j = lane / 8;
+    if constexpr (kLaneAnew) {
+      const int x = thread_index_per_tile() % kWarpGroupThreads;
+      const int j = x % 32 / 8, q0 = 8 * (j >> 1) + x % 8, chunk = 2 * (x / 32) + (j & 1);
+      const uint32_t at = ds_panel + q0 * kRowBytes + ((chunk ^ (q0 & 7)) << 4);
 #pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) {
-      const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
-      const int chunk = 2 * warp + (j & 1);
-      ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), frag[kk]);
+      for (int kk = 0; kk < kKT; ++kk) ptx::warp_stmatrix_x4_trans(at + 16 * kk * kRowBytes, frag[kk]);
+    } else {
+      const int j = lane / 8;
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk) {
+        const int q = 16 * kk + 8 * (j >> 1) + lane % 8;
+        const int chunk = 2 * warp + (j & 1);
+        ptx::warp_stmatrix_x4_trans(ds_panel + q * kRowBytes + ((chunk ^ (q & 7)) << 4), frag[kk]);
+      }
     }
     // Generic-proxy writes of dS, then read by wgmma (async proxy): fence before the barrier.
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);

@@ -221,6 +221,7 @@ struct BwdKernel {
   // the step loop (stage_ds, the masked pass): held across the loop, ptxas kept them in local
   // memory (docs/PERF.md).
   static constexpr bool kLaneAnew = kDqTransposed && kPasses == kPassesCausal;
+  static_assert(!(kLaneAnew && kSplitD), "kLaneAnew derives the kv row of consumer's layout");
   static constexpr bool kDqSplitRows = kBlockM == 64 * kConsumerGroups;
   static constexpr int kDqN = kDqSplitRows ? kHeadDim : kHeadDim / kConsumerGroups;  // transposed: its m
   static constexpr int kDqAccum = kDqTransposed ? kBlockM / 2 : kDqN / 2;             // fp32 a thread
@@ -1076,8 +1077,8 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
     const uint32_t ds_panel = smem_base + kOffDS + (s & 1) * kDSBytes + group * kDSPanelBytes;
     if constexpr (kLaneAnew) {
       const int x = thread_index_per_tile() % kWarpGroupThreads;
-      const int j = x % 32 / 8, q0 = 8 * (j >> 1) + x % 8, chunk = 2 * (x / 32) + (j & 1);
-      const uint32_t at = ds_panel + q0 * kRowBytes + ((chunk ^ (q0 & 7)) << 4);
+      const int j = x % 32 / 8, row = 8 * (j >> 1) + x % 8, chunk = 2 * (x / 32) + (j & 1);
+      const uint32_t at = ds_panel + row * kRowBytes + ((chunk ^ (row & 7)) << 4);
 #pragma unroll
       for (int kk = 0; kk < kKT; ++kk) ptx::warp_stmatrix_x4_trans(at + 16 * kk * kRowBytes, frag[kk]);
     } else {

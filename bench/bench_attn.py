@@ -15,6 +15,9 @@ Grid (docs: ../shared ANCHORS.md): tokens fixed (batch = tokens / seqlen), model
 (heads = width / hdim), hdim x seqlen x causal; FLOPs fwd = 4*B*H*S*S*D (halved causal),
 bwd = 2.5 * fwd, step = 3.5 * fwd. Backward timings cover the backward only (autograd.grad on a
 kept graph); a step is forward and backward together, as in training.
+--varlen: each cell packs its tokens into sequences of varied length instead (cu_seqlens; lengths
+uniform in [seqlen/2, 3·seqlen/2], the last one cut to fit), FLOPs summed over the sequences,
+against torch.nn.attention.varlen.varlen_attn (torch_varlen: the kernels torch picks for it).
 
     PYTHONPATH=python python3 bench/bench_attn.py --device cuda --json out.json --plot out.png
     PYTHONPATH=python python3 bench/bench_attn.py --device cpu --quick
@@ -113,8 +116,10 @@ def time_rounds(timers, ops, rounds, device, first, notes, what) -> dict:
     return samples
 
 
-def flops(op, B, H, S, D, causal) -> float:
-    f = 4.0 * B * H * S * S * D
+def flops(op, B, H, S, D, causal, sq_sum=None) -> float:
+    """FLOPs of one call; sq_sum: the sum of the squared sequence lengths of a packed batch
+    (default B·S²)."""
+    f = 4.0 * H * D * (B * S * S if sq_sum is None else sq_sum)
     if causal:
         f /= 2
     return f * {"fwd": 1.0, "bwd": 2.5, "step": 3.5}[op]  # step: forward + backward
@@ -165,6 +170,54 @@ def make_flashattn(q, k, v, causal, deterministic=False):
 
 def make_flashattn_det(q, k, v, causal):
     return make_flashattn(q, k, v, causal, deterministic=True)
+
+
+def varlen_lengths(tokens, mean, seed) -> list:
+    """The sequence lengths of a --varlen cell: uniform in [mean/2, 3·mean/2] until `tokens` are
+    used, the last one cut to fit (a packed batch of documents of varied length)."""
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = max(1, mean // 2), max(1, mean * 3 // 2)
+    lengths = []
+    while sum(lengths) < tokens:
+        lengths.append(min(int(torch.randint(lo, hi + 1, (1,), generator=g)), tokens - sum(lengths)))
+    return lengths
+
+
+def varlen_impls(cu, max_len, deterministic_column, device):
+    """Makers over packed [total, heads, dim] tensors of one cell (offsets cu, longest max_len);
+    torch's varlen_attn runs on CUDA only."""
+
+    def ours(deterministic):
+        def maker(q, k, v, causal):
+            def run():
+                return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=causal,
+                                                        deterministic=deterministic)
+
+            return run, (q, k, v)
+
+        return maker
+
+    def torch_varlen(q, k, v, causal):
+        import inspect
+
+        from torch.nn.attention.varlen import varlen_attn
+
+        args = inspect.signature(varlen_attn).parameters
+        kw = {"is_causal": causal} if "is_causal" in args else {"window_size": (-1, 0)} if causal else {}
+        if k.shape[1] != q.shape[1]:
+            kw["enable_gqa"] = True  # refused by a torch without GQA here: the peer is left out
+
+        def run():
+            return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
+
+        return run, (q, k, v)
+
+    impls = {"flashattn": ours(False)}
+    if deterministic_column:
+        impls["flashattn_det"] = ours(True)
+    if device == "cuda":
+        impls["torch_varlen"] = torch_varlen
+    return impls
 
 
 def _bhsd(q, k, v):
@@ -272,16 +325,26 @@ def run(args):
                 B = max(1, args.tokens // S)
                 gen = torch.Generator(device=device).manual_seed(S * 1009 + hdim)
                 heads_kv = args.heads_kv or heads
-                q, k, v = (torch.randn(B, S, h, hdim, device=device, dtype=dtype, generator=gen)
+                cell_impls, sq_sum, packed, names, shape = impls, None, {}, {}, (B, S)
+                if args.varlen:  # the same tokens in sequences of varied length
+                    lengths = varlen_lengths(B * S, S, S * 1009 + hdim)
+                    B, sq_sum, longest, shape = len(lengths), sum(n * n for n in lengths), max(lengths), (B * S,)
+                    cu = torch.tensor([0] + lengths).cumsum(0).to(device=device, dtype=torch.int32)
+                    packed = {"varlen": True, "max_seqlen": longest}
+                    names = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest)
+                    cell_impls = {name: maker for name, maker in
+                                  varlen_impls(cu, longest, args.deterministic, device).items()
+                                  if name.startswith("flashattn") or args.peers is None or name in args.peers}
+                q, k, v = (torch.randn(*shape, h, hdim, device=device, dtype=dtype, generator=gen)
                            .requires_grad_() for h in (heads, heads_kv, heads_kv))
-                kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal),
-                           "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal)}
+                kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal, **names),
+                           "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal, **names)}
                 kernels["step"] = kernels["fwd"] + "+" + kernels["bwd"]
                 ref_out = None
                 first_row = len(rows)
                 # Every implementation's timers first, then each op timed in interleaved rounds.
                 timers = {}
-                for impl, maker in impls.items():
+                for impl, maker in cell_impls.items():
                     try:
                         fwd, inputs = maker(q, k, v, causal)
                         out = fwd()
@@ -291,8 +354,8 @@ def run(args):
                             ref_out = out.detach().float()
                         elif ref_out is not None:
                             o = out.detach().float()
-                            if not impl.startswith("flashattn"):
-                                o = o.transpose(1, 2)  # peers return BHSD
+                            if not impl.startswith("flashattn") and not args.varlen:
+                                o = o.transpose(1, 2)  # the dense peers return BHSD
                             err = (o - ref_out).abs().max().item()
                             tol = 0.05 if dtype != torch.float32 else 1e-3
                             if not math.isfinite(err) or err > tol * max(1.0, ref_out.abs().max().item()):
@@ -312,9 +375,9 @@ def run(args):
                     for op, ms_runs in by_op.items():
                         ms = statistics.median(ms_runs)
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
-                               "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5),
+                               "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5), **packed,
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
-                               "tflops": round(flops(op, B, heads, S, hdim, causal) / (ms * 1e-3) / 1e12, 5)}
+                               "tflops": round(flops(op, B, heads, S, hdim, causal, sq_sum) / (ms * 1e-3) / 1e12, 5)}
                         if len(ms_runs) > 1:
                             row["ms_rounds"] = [round(x, 5) for x in ms_runs]
                         if device == "cuda":
@@ -341,7 +404,7 @@ def run(args):
                     print(f"  [{time.perf_counter() - t_start:6.0f} s] matmul next to hdim={hdim} causal={int(causal)} "
                           f"S={S}: {mm} TFLOP/s", file=sys.stderr, flush=True)
     notes += mark_host_bound(rows)
-    return rows, notes, list(impls)
+    return rows, notes, list(dict.fromkeys(r["impl"] for r in rows))  # the columns: what ran
 
 
 def mark_host_bound(rows) -> list:
@@ -421,6 +484,8 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=None, help="batch * seqlen (default 16384; cpu 2048)")
     p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
     p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")
+    p.add_argument("--varlen", action="store_true",
+                   help="packed sequences of varied length around each seqlen (cu_seqlens), against torch's varlen_attn")
     p.add_argument("--peers", default=None, help="comma list of peers to run (default all)")
     p.add_argument("--quick", action="store_true", help="a small subset of the grid")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")

@@ -276,28 +276,38 @@ def _run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, 
     return dq, dk, dv
 
 
-def fwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1) -> str:
-    """Name of the kernel family the forward would run for these tensors ("cpu_flash", "sm80", ...)."""
-    return _kernel_name("fwd", q, k, v, scale, softcap, causal, window_left, window_right)
+def fwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1,
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0) -> str:
+    """Name of the kernel family the forward would run for these tensors ("cpu_flash", "sm80", ...);
+    packed sequences (q, k, v [total, heads, dim]) with cu_seqlens_q/k and max_seqlen_q/k."""
+    return _kernel_name("fwd", q, k, v, scale, softcap, causal, window_left, window_right,
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
-def bwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1) -> str:
-    """Name of the kernel family the backward would run for these tensors ("cpu_flash", "sm80", ...)."""
-    return _kernel_name("bwd", q, k, v, scale, softcap, causal, window_left, window_right)
+def bwd_kernel_name(q, k, v, scale=None, softcap=0.0, causal=False, window_left=-1, window_right=-1,
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0) -> str:
+    """Name of the kernel family the backward would run for these tensors ("cpu_flash", "sm80", ...);
+    packed sequences as fwd_kernel_name."""
+    return _kernel_name("bwd", q, k, v, scale, softcap, causal, window_left, window_right,
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
 
-def _kernel_name(op, q, k, v, scale, softcap, causal, window_left, window_right) -> str:
-    check_qkv(q, k, v, varlen=False)
+def _kernel_name(op, q, k, v, scale, softcap, causal, window_left, window_right, cu_q, cu_k, max_q, max_k) -> str:
+    varlen = cu_q is not None or cu_k is not None
+    check_qkv(q, k, v, varlen=varlen)
+    if varlen:
+        check_cu_seqlens(q, cu_q, cu_k, max_q, max_k)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = alloc_like(q, tuple(q.shape[:-1]) + (v.shape[-1],))
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    leaves, _ = _fwd_leaves(q, k, v, out, lse, None, None, 0, 0, scale, softcap, causal, window_left, window_right,
-                            False)
+    lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    leaves, _ = _fwd_leaves(q, k, v, out, lse, cu_q, cu_k, max_q, max_k, scale, softcap, causal, window_left,
+                            window_right, False)
     L = _lib.lib()
     if op == "fwd":
         params, can, name_of = _lib.FWD_LAYOUT.pack(*leaves), L.fa_can_implement_fwd, L.fa_fwd_kernel_name
     else:  # the gradients' views only need valid shapes: out, q, k and v stand in for them
-        params = _bwd_params(leaves, out, q, k, v, False)
+        params = _bwd_params(leaves, out, q, k, v, varlen)
         can, name_of = L.fa_can_implement_bwd, L.fa_bwd_kernel_name
     _lib.check(can(ctypes.byref(params)), f"fa_can_implement_{op}")
     name = name_of(ctypes.byref(params))

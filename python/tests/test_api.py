@@ -40,6 +40,15 @@ def test_library_info():
     q, k, v = _qkv("cpu", grad=False)
     assert flashattn.fwd_kernel_name(q, k, v) == "cpu_flash"
     assert flashattn.bwd_kernel_name(q, k, v) == "cpu_flash"
+    # Packed sequences: [total, heads, dim] with their offsets and longest lengths.
+    packed = [t.reshape(-1, *t.shape[2:]) for t in (q, k, v)]
+    sq, sk = q.shape[1], k.shape[1]
+    cu_q, cu_k = (torch.tensor([0, n, 2 * n], dtype=torch.int32) for n in (sq, sk))
+    lengths = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=sq, max_seqlen_k=sk)
+    assert flashattn.fwd_kernel_name(*packed, causal=True, **lengths) == "cpu_flash"
+    assert flashattn.bwd_kernel_name(*packed, **lengths) == "cpu_flash"
+    with pytest.raises(TypeError, match="cu_seqlens_k must be a torch.Tensor"):
+        flashattn.fwd_kernel_name(*packed, cu_seqlens_q=cu_q, max_seqlen_q=sq)
 
 
 def test_bhsd_layout_no_copy(device):

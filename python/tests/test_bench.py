@@ -134,3 +134,24 @@ def test_ab_names_the_bytes_of_each_build(tmp_path):
     d = mod.library_digests([["base", str(a)], ["new", str(b)], ["same", str(a)]])
     assert d["base"] == d["same"] != d["new"]
     assert d["base"] == "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"
+
+
+def test_varlen_cells(tmp_path):
+    """--varlen packs each cell's tokens into sequences of varied length: the rows say so, count
+    the sequences as the batch and take their FLOPs from the sum of the squared lengths."""
+    mod = _bench_module()
+    lengths = mod.varlen_lengths(1000, 64, seed=7)
+    assert sum(lengths) == 1000 and all(32 <= n <= 96 for n in lengths[:-1]) and 1 <= lengths[-1] <= 96
+    assert len(set(lengths)) > 1 and lengths == mod.varlen_lengths(1000, 64, seed=7)
+    out = tmp_path / "rows.json"
+    mod.main(["--device", "cpu", "--hdims", "32", "--seqlens", "64", "--causal", "0,1", "--tokens", "256",
+              "--width", "64", "--ops", "fwd,bwd", "--varlen", "--deterministic", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    expect = mod.varlen_lengths(256, 64, seed=64 * 1009 + 32)
+    assert {(r["op"], r["causal"], r["impl"]) for r in rows} == {
+        (op, c, impl) for op in ("fwd", "bwd") for c in (False, True) for impl in ("flashattn", "flashattn_det")}
+    for r in rows:
+        assert r["varlen"] and r["batch"] == len(expect) and r["max_seqlen"] == max(expect)
+        assert r["kernel"] == "cpu_flash"
+        f = mod.flops(r["op"], 1, 2, 0, 32, r["causal"], sq_sum=sum(n * n for n in expect))
+        assert abs(r["tflops"] - f / (r["ms"] * 1e-3) / 1e12) <= 1e-4 * r["tflops"] + 1e-5

@@ -24,6 +24,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent / "bench_attn.py"
 KEY = ("op", "dtype", "hdim", "causal", "seqlen", "varlen", "deterministic")
+LABELS = {"varlen": "varlen", "deterministic": "det"}  # how a cell's true flags print
 
 
 def library_digests(builds) -> dict:
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
             ms = [row["ms"] for row in ours if tuple(row.get(k) for k in KEY) == cell
                   and row["run"].rsplit("_", 1)[0] == name]
             med[name] = statistics.median(ms) if ms else float("nan")
-        print(" ".join("det" if c is True and k == "deterministic" else "varlen" if c is True and k == "varlen" else str(c)
+        print(" ".join(LABELS[k] if c is True and k in LABELS else str(c)
                        for k, c in zip(KEY, cell) if c is not None) +
               "".join(f"  {med[base] / med[n]:.3f}" for n, _ in builds[1:]))
     return 0

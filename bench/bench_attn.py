@@ -374,10 +374,11 @@ def run(args):
                 for impl, by_op in samples.items():
                     for op, ms_runs in by_op.items():
                         ms = statistics.median(ms_runs)
+                        tflops = flops(op, B, heads, S, hdim, causal, sq_sum) / (ms * 1e-3) / 1e12
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5), **packed,
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
-                               "tflops": round(flops(op, B, heads, S, hdim, causal, sq_sum) / (ms * 1e-3) / 1e12, 5)}
+                               "tflops": round(tflops, 5)}
                         if len(ms_runs) > 1:
                             row["ms_rounds"] = [round(x, 5) for x in ms_runs]
                         if device == "cuda":
@@ -485,7 +486,7 @@ def parse_args(argv=None):
     p.add_argument("--width", type=int, default=None, help="heads * hdim (default 2048; cpu 256)")
     p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")
     p.add_argument("--varlen", action="store_true",
-                   help="packed sequences of varied length around each seqlen (cu_seqlens), against torch's varlen_attn")
+                   help="packed sequences of varied length around each seqlen, against torch's varlen_attn")
     p.add_argument("--peers", default=None, help="comma list of peers to run (default all)")
     p.add_argument("--quick", action="store_true", help="a small subset of the grid")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")

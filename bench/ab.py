@@ -23,8 +23,14 @@ import tempfile
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent / "bench_attn.py"
-KEY = ("op", "dtype", "hdim", "causal", "seqlen", "varlen", "deterministic")
+KEY = ("op", "dtype", "hdim", "causal", "seqlen", "varlen", "softcap", "window", "deterministic")
 LABELS = {"varlen": "varlen", "deterministic": "det"}  # how a cell's true flags print
+NAMED = ("softcap", "window")  # the fields whose values print with their names
+
+
+def cell_of(row) -> tuple:
+    """The row's cell: its KEY fields (a window's list as a tuple, so that cells can be a set)."""
+    return tuple(tuple(row[k]) if isinstance(row.get(k), list) else row.get(k) for k in KEY)
 
 
 def library_digests(builds) -> dict:
@@ -77,16 +83,16 @@ def main(argv=None) -> int:
     # Median time of each build per cell, and its ratio to the base's (> 1: faster than the base);
     # the deterministic column's cells (flashattn_det) end in "det".
     ours = [row for row in rows if row.get("impl") in ("flashattn", "flashattn_det")]
-    cells = sorted({tuple(row.get(k) for k in KEY) for row in ours}, key=str)
+    cells = sorted({cell_of(row) for row in ours}, key=str)
     base = builds[0][0]
     print("\ncell" + "".join(f"  {n}/{base}" for n, _ in builds[1:]))
     for cell in cells:
         med = {}
         for name, _ in builds:
-            ms = [row["ms"] for row in ours if tuple(row.get(k) for k in KEY) == cell
+            ms = [row["ms"] for row in ours if cell_of(row) == cell
                   and row["run"].rsplit("_", 1)[0] == name]
             med[name] = statistics.median(ms) if ms else float("nan")
-        print(" ".join(LABELS[k] if c is True and k in LABELS else str(c)
+        print(" ".join(LABELS[k] if c is True and k in LABELS else f"{k}={c}" if k in NAMED else str(c)
                        for k, c in zip(KEY, cell) if c is not None) +
               "".join(f"  {med[base] / med[n]:.3f}" for n, _ in builds[1:]))
     return 0

@@ -18,6 +18,10 @@ kept graph); a step is forward and backward together, as in training.
 --varlen: each cell packs its tokens into sequences of varied length instead (cu_seqlens; lengths
 uniform in [seqlen/2, 3·seqlen/2], the last one cut to fit), FLOPs summed over the sequences,
 against torch.nn.attention.varlen.varlen_attn (torch_varlen: the kernels torch picks for it).
+--softcap X / --window L,R: every cell with that score softcap or sliding window (flash-attn's
+window_size, −1 unbounded), rows marked with them; the peers that cannot run it are left out with
+a note (SDPA: neither; torch_varlen: no softcap). A window's FLOPs count the (query, key) pairs it
+leaves visible.
 
     PYTHONPATH=python python3 bench/bench_attn.py --device cuda --json out.json --plot out.png
     PYTHONPATH=python python3 bench/bench_attn.py --device cpu --quick
@@ -116,13 +120,31 @@ def time_rounds(timers, ops, rounds, device, first, notes, what) -> dict:
     return samples
 
 
-def flops(op, B, H, S, D, causal, sq_sum=None) -> float:
+def flops(op, B, H, S, D, causal, sq_sum=None, pairs=None) -> float:
     """FLOPs of one call; sq_sum: the sum of the squared sequence lengths of a packed batch
-    (default B·S²)."""
-    f = 4.0 * H * D * (B * S * S if sq_sum is None else sq_sum)
-    if causal:
-        f /= 2
+    (default B·S²), halved under a causal mask; pairs: the (query, key) pairs a window leaves
+    visible, counted as they are (window_pairs)."""
+    if pairs is not None:
+        f = 4.0 * H * D * pairs
+    else:
+        f = 4.0 * H * D * (B * S * S if sq_sum is None else sq_sum)
+        if causal:
+            f /= 2
     return f * {"fwd": 1.0, "bwd": 2.5, "step": 3.5}[op]  # step: forward + backward
+
+
+def window_pairs(lengths, causal, window) -> int:
+    """The (query, key) pairs of sequences of these lengths (as many queries as keys) that a
+    sliding window (left, right; −1 unbounded) leaves visible, causal setting right to 0."""
+    left, right = window
+    total = 0
+    for n in set(lengths):
+        i = torch.arange(n, dtype=torch.int64)
+        lo = (i - left).clamp(min=0) if left >= 0 else torch.zeros_like(i)
+        r = 0 if causal else right
+        hi = (i + r).clamp(max=n - 1) if r >= 0 else torch.full_like(i, n - 1)
+        total += lengths.count(n) * int((hi - lo + 1).clamp(min=0).sum())
+    return total
 
 
 def matmul_tflops(device, dtype=torch.bfloat16, n=8192) -> float:
@@ -161,15 +183,20 @@ def _step_of(run, inputs):
     return step
 
 
-def make_flashattn(q, k, v, causal, deterministic=False):
+# A maker takes (q, k, v, causal, feat), feat the cell's flash-attn keywords beyond causal
+# (softcap, window_size; empty for none), and returns (run, the tensors the gradients are taken
+# for); one that cannot run the cell raises, and the peer is left out of it.
+
+
+def make_flashattn(q, k, v, causal, feat, deterministic=False):
     def run():
-        return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+        return flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, **feat)
 
     return run, (q, k, v)
 
 
-def make_flashattn_det(q, k, v, causal):
-    return make_flashattn(q, k, v, causal, deterministic=True)
+def make_flashattn_det(q, k, v, causal, feat):
+    return make_flashattn(q, k, v, causal, feat, deterministic=True)
 
 
 def varlen_lengths(tokens, mean, seed) -> list:
@@ -188,22 +215,30 @@ def varlen_impls(cu, max_len, deterministic_column, device):
     torch's varlen_attn runs on CUDA only."""
 
     def ours(deterministic):
-        def maker(q, k, v, causal):
+        def maker(q, k, v, causal, feat):
             def run():
                 return flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=causal,
-                                                        deterministic=deterministic)
+                                                        deterministic=deterministic, **feat)
 
             return run, (q, k, v)
 
         return maker
 
-    def torch_varlen(q, k, v, causal):
+    def torch_varlen(q, k, v, causal, feat):
         import inspect
 
         from torch.nn.attention.varlen import varlen_attn
 
         args = inspect.signature(varlen_attn).parameters
-        kw = {"is_causal": causal} if "is_causal" in args else {"window_size": (-1, 0)} if causal else {}
+        if "softcap" in feat:
+            raise NotImplementedError("varlen_attn takes no softcap")
+        if "window_size" in feat:
+            if "window_size" not in args:
+                raise NotImplementedError("this torch's varlen_attn takes no window")
+            left, right = feat["window_size"]
+            kw = {"window_size": (left, 0 if causal else right)}
+        else:
+            kw = {"is_causal": causal} if "is_causal" in args else {"window_size": (-1, 0)} if causal else {}
         if k.shape[1] != q.shape[1]:
             kw["enable_gqa"] = True  # refused by a torch without GQA here: the peer is left out
 
@@ -225,9 +260,11 @@ def _bhsd(q, k, v):
 
 
 def make_sdpa(backend):
-    def maker(q, k, v, causal):
+    def maker(q, k, v, causal, feat):
         from torch.nn.attention import sdpa_kernel
 
+        if feat:
+            raise NotImplementedError(f"SDPA takes no {' or '.join(feat)}")
         qh, kh, vh = _bhsd(q, k, v)
 
         def run():
@@ -245,19 +282,32 @@ def make_sdpa(backend):
 _FLEX = {}
 
 
-def make_flex(q, k, v, causal):
+def make_flex(q, k, v, causal, feat):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _FLEX:
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     qh, kh, vh = _bhsd(q, k, v)
     S = qh.shape[2]
+    left, right = feat.get("window_size", (-1, -1))
+    right = 0 if causal else right
+
+    def visible(b, h, qi, ki):
+        ok = qi >= 0  # all true, of qi's type
+        if left >= 0:
+            ok = ok & (ki >= qi - left)
+        if right >= 0:
+            ok = ok & (ki <= qi + right)
+        return ok
+
     mask = None
-    if causal:
-        mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, S, S, device=q.device)
+    if left >= 0 or right >= 0:
+        mask = create_block_mask(visible, None, None, S, S, device=q.device)
+    cap = feat.get("softcap", 0.0)
+    score_mod = (lambda s, b, h, qi, ki: cap * torch.tanh(s / cap)) if cap else None
 
     def run():
-        return _FLEX["fn"](qh, kh, vh, block_mask=mask)
+        return _FLEX["fn"](qh, kh, vh, block_mask=mask, score_mod=score_mod)
 
     return run, (qh, kh, vh)
 
@@ -315,6 +365,11 @@ def run(args):
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, 4096)
 
+    feat = {}  # the cells' flash-attn keywords beyond causal
+    if args.softcap:
+        feat["softcap"] = args.softcap
+    if args.window:
+        feat["window_size"] = args.window
     rows, notes = [], []
     cell = 0  # rotates the order the implementations are timed in, cell by cell
     t_start = time.perf_counter()
@@ -326,6 +381,7 @@ def run(args):
                 gen = torch.Generator(device=device).manual_seed(S * 1009 + hdim)
                 heads_kv = args.heads_kv or heads
                 cell_impls, sq_sum, packed, names, shape = impls, None, {}, {}, (B, S)
+                lengths = [S] * B
                 if args.varlen:  # the same tokens in sequences of varied length
                     lengths = varlen_lengths(B * S, S, S * 1009 + hdim)
                     B, sq_sum, longest, shape = len(lengths), sum(n * n for n in lengths), max(lengths), (B * S,)
@@ -337,8 +393,11 @@ def run(args):
                                   if name.startswith("flashattn") or args.peers is None or name in args.peers}
                 q, k, v = (torch.randn(*shape, h, hdim, device=device, dtype=dtype, generator=gen)
                            .requires_grad_() for h in (heads, heads_kv, heads_kv))
-                kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal, **names),
-                           "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal, **names)}
+                pairs = None if args.window is None else window_pairs(lengths, causal, args.window)
+                masked = {"window_left": args.window[0], "window_right": args.window[1]} if args.window else {}
+                masked.update({"softcap": args.softcap} if args.softcap else {})
+                kernels = {"fwd": flashattn.fwd_kernel_name(q, k, v, causal=causal, **masked, **names),
+                           "bwd": flashattn.bwd_kernel_name(q, k, v, causal=causal, **masked, **names)}
                 kernels["step"] = kernels["fwd"] + "+" + kernels["bwd"]
                 ref_out = None
                 first_row = len(rows)
@@ -346,7 +405,7 @@ def run(args):
                 timers = {}
                 for impl, maker in cell_impls.items():
                     try:
-                        fwd, inputs = maker(q, k, v, causal)
+                        fwd, inputs = maker(q, k, v, causal, feat)
                         out = fwd()
                         if device == "cuda":
                             torch.cuda.synchronize()
@@ -374,9 +433,11 @@ def run(args):
                 for impl, by_op in samples.items():
                     for op, ms_runs in by_op.items():
                         ms = statistics.median(ms_runs)
-                        tflops = flops(op, B, heads, S, hdim, causal, sq_sum) / (ms * 1e-3) / 1e12
+                        tflops = flops(op, B, heads, S, hdim, causal, sq_sum, pairs) / (ms * 1e-3) / 1e12
                         row = {"op": op, "dtype": args.dtype, "hdim": hdim, "causal": causal, "seqlen": S,
                                "batch": B, "heads": heads, "impl": impl, "ms": round(ms, 5), **packed,
+                               **({"softcap": args.softcap} if args.softcap else {}),
+                               **({"window": list(args.window)} if args.window else {}),
                                **({"heads_kv": heads_kv} if heads_kv != heads else {}),
                                "tflops": round(tflops, 5)}
                         if len(ms_runs) > 1:
@@ -487,6 +548,9 @@ def parse_args(argv=None):
     p.add_argument("--heads-kv", type=int, default=None, help="K/V heads (GQA/MQA; default: as many as Q)")
     p.add_argument("--varlen", action="store_true",
                    help="packed sequences of varied length around each seqlen, against torch's varlen_attn")
+    p.add_argument("--softcap", type=float, default=0.0, help="score softcap of every cell (default none)")
+    p.add_argument("--window", default=None,
+                   help="sliding window LEFT,RIGHT of every cell (flash-attn's window_size; -1 unbounded)")
     p.add_argument("--peers", default=None, help="comma list of peers to run (default all)")
     p.add_argument("--quick", action="store_true", help="a small subset of the grid")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
@@ -508,6 +572,15 @@ def parse_args(argv=None):
         p.error("--rounds: at least 1")
     a.tokens = a.tokens or (16384 if gpu else 2048)
     a.width = a.width or (2048 if gpu else 256)
+    if a.softcap < 0:
+        p.error("--softcap: 0 (none) or more")
+    if a.window is not None:
+        try:
+            a.window = tuple(int(x) for x in a.window.split(","))
+        except ValueError:
+            a.window = ()
+        if len(a.window) != 2 or min(a.window) < -1:
+            p.error("--window: LEFT,RIGHT, each -1 (unbounded) or more")
     a.peers = None if a.peers is None else [x for x in a.peers.split(",") if x]
     return a
 

@@ -155,3 +155,40 @@ def test_varlen_cells(tmp_path):
         assert r["kernel"] == "cpu_flash"
         f = mod.flops(r["op"], 1, 2, 0, 32, r["causal"], sq_sum=sum(n * n for n in expect))
         assert abs(r["tflops"] - f / (r["ms"] * 1e-3) / 1e12) <= 1e-4 * r["tflops"] + 1e-5
+
+
+def test_window_pairs_counts_visible_keys():
+    """A window's FLOPs count its visible (query, key) pairs: checked against a dense mask."""
+    mod = _bench_module()
+    for lengths in ([7], [5, 9, 9, 1]):
+        for causal in (False, True):
+            for window in ((2, 1), (0, 0), (-1, 3), (4, -1), (-1, -1), (20, 20)):
+                expect = 0
+                for n in lengths:
+                    i = [[qi, ki] for qi in range(n) for ki in range(n)]
+                    right = 0 if causal else window[1]
+                    expect += sum(1 for qi, ki in i if (window[0] < 0 or ki >= qi - window[0])
+                                  and (right < 0 or ki <= qi + right))
+                assert mod.window_pairs(lengths, causal, window) == expect, (lengths, causal, window)
+
+
+def test_softcap_and_window_cells(tmp_path):
+    """--softcap and --window run every cell with them: the rows say so and take a window's FLOPs
+    from its visible pairs; the CPU peer (SDPA) cannot run them and is left out with a note; ab.py
+    keeps such cells apart from plain ones."""
+    mod = _bench_module()
+    out = tmp_path / "rows.json"
+    mod.main(["--device", "cpu", "--hdims", "32", "--seqlens", "64", "--causal", "0,1", "--tokens", "128",
+              "--width", "64", "--ops", "fwd", "--softcap", "20", "--window", "8,4", "--json", str(out)])
+    res = json.loads(out.read_text())
+    rows = res["rows"]
+    assert {(r["causal"], r["impl"]) for r in rows} == {(False, "flashattn"), (True, "flashattn")}
+    assert any("sdpa_cpu" in n and "softcap or window_size" in n for n in res["notes"])
+    for r in rows:
+        assert r["softcap"] == 20.0 and r["window"] == [8, 4] and r["kernel"] == "cpu_flash"
+        f = mod.flops("fwd", 2, 2, 64, 32, r["causal"], pairs=mod.window_pairs([64, 64], r["causal"], (8, 4)))
+        assert abs(r["tflops"] - f / (r["ms"] * 1e-3) / 1e12) <= 1e-4 * r["tflops"] + 1e-5
+    ab = _bench_script("ab")
+    plain = dict(rows[0])
+    del plain["softcap"], plain["window"]
+    assert ab.cell_of(rows[0]) != ab.cell_of(plain) and ab.cell_of(rows[0]) == ab.cell_of(dict(rows[0]))

@@ -59,6 +59,9 @@ inline constexpr bool kSm90FwdVarlen = true;
 // kRowsUnderPv: how many of each thread's two rows of the softmax run under the P·V in flight
 // (fwd_kernel.cuh): 2 at 128 and 1 at 256 gave +2–3% and +4–6% on unmasked problems from 4096
 // and 2048 keys, but −1–7% on short or masked ones; the 192-row kernel spills with it.
+// kVarlenRowsUnderPv: the same for the row's varlen instantiation. At 256 that kernel, with every
+// mask and softcap pass, read 2 values a key block from local memory with one row under the P·V;
+// with none it is the second row's varlen kernel.
 // kSplitProducer: K and V loaded by two producer threads (fwd_kernel.cuh), so that a V stage
 // released late holds back no K load: +2–6% on short and causal problems at 64 and 128 (the
 // second rows), −1% at 128 and −3 to −7% at 256 on long unmasked ones (docs/PERF.md).
@@ -85,7 +88,7 @@ struct FwdConfig<64> {  // 137 KiB (O staged apart), three consumer warpgroups
   static constexpr int kNextRowMaskedBelow = 2048, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
-  static constexpr int kRowsUnderPv = 0;
+  static constexpr int kRowsUnderPv = 0, kVarlenRowsUnderPv = 0;
   static constexpr bool kSplitProducer = false;
   static constexpr int kTail = kTailSplit;
 };
@@ -97,7 +100,7 @@ struct FwdConfig<64, 1> {  // 113 KiB (O staged apart), two consumer warpgroups
   static constexpr int kNextRowMaskedBelow = 0, kNextRowKeysBelow = 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = true;
-  static constexpr int kRowsUnderPv = 0;
+  static constexpr int kRowsUnderPv = 0, kVarlenRowsUnderPv = 0;
   static constexpr bool kSplitProducer = true;
   static constexpr int kTail = kTailCompute;
 };
@@ -111,7 +114,7 @@ struct FwdConfig<128, kRow> {  // 225 KiB (O staged apart)
   static constexpr int kNextRowKeysBelow = kRow == 0 ? 4096 : 0;
   static constexpr bool kUniformGroup = false;
   static constexpr bool kNextS = false;
-  static constexpr int kRowsUnderPv = kRow == 0 ? 2 : 0;
+  static constexpr int kRowsUnderPv = kRow == 0 ? 2 : 0, kVarlenRowsUnderPv = kRowsUnderPv;
   static constexpr bool kSplitProducer = kRow == 1;
   static constexpr int kTail = kTailCompute;
 };
@@ -125,7 +128,7 @@ struct FwdConfig<256, kRow> {  // 225 KiB (O staged in the one Q buffer); 193 Ki
   static constexpr int kNextRowKeysBelow = kRow == 0 ? 2048 : kRow == 1 ? 1025 : 0;
   static constexpr bool kUniformGroup = true;
   static constexpr bool kNextS = false;
-  static constexpr int kRowsUnderPv = kRow == 0 ? 1 : 0;
+  static constexpr int kRowsUnderPv = kRow == 0 ? 1 : 0, kVarlenRowsUnderPv = 0;
   static constexpr bool kSplitProducer = false;
   static constexpr int kTail = kTailCompute;
 };

@@ -19,7 +19,8 @@ namespace fa::cuda::sm90 {
 template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen = false, int kPasses = kPassesAll,
           class C = FwdConfig<kHeadDim, kRow>>
 using FwdKernelFor = FwdKernel<kHeadDim, C::kBlockM, C::kBlockN, C::kStages, C::kOverlap, C::kPingPong, kVarlen,
-                               kIsBf16, C::kUniformGroup, C::kNextS, C::kRowsUnderPv,
+                               kIsBf16, C::kUniformGroup, C::kNextS,
+                               kVarlen ? C::kVarlenRowsUnderPv : C::kRowsUnderPv,
                                C::kSplitProducer, C::kTail, kPasses>;
 
 // Does row kRow of a head dim receive problems of kind `passes` (kPassesDense: no mask;

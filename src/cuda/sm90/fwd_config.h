@@ -143,7 +143,7 @@ inline constexpr bool kFwdLazyRescale = kHeadDim == 256 || kHeadDim == 64;
 
 // Problems without a softcap, dense or causal, on instantiations of their own passes
 // (FwdKernel::kPasses, common/mask.cuh: no softcap pass; only the keys' end, or the causal mask
-// as a constant), where kFwdOwnPasses says (fwd_launch picks them; varlen keeps the general one).
+// as a constant), where kFwdOwnPasses says (fwd_launch picks them, for varlen problems too).
 // At 64 the general passes' code made the 192-row kernel spill inside its key loop (none without
 // it); at 128 and 256 a shorter dense loop was scheduled worse, −2 to −5% (docs/PERF.md).
 template <int kHeadDim>

@@ -121,6 +121,21 @@ void launch_kernel(const FwdParams& full, int sm_count, cudaStream_t stream) {
   check_launch("sm90 forward");
 }
 
+// Problems without a softcap, dense or causal, on the instantiations of their own passes where
+// the row has them; the others on the one with every pass.
+template <int kHeadDim, bool kIsBf16, int kRow, bool kVarlen>
+void launch_for_passes(const sm80::FwdParams& p, const FwdParams& full, int sm_count, cudaStream_t stream) {
+  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesDense>) {
+    if (passes_fit(kPassesDense, p.mask, p.softcap))
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, kVarlen, kPassesDense>>(full, sm_count, stream);
+  }
+  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesCausal>) {
+    if (passes_fit(kPassesCausal, p.mask, p.softcap))
+      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, kVarlen, kPassesCausal>>(full, sm_count, stream);
+  }
+  launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, kVarlen>>(full, sm_count, stream);
+}
+
 template <int kHeadDim, bool kIsBf16, int kRow>
 void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   using Kernel = FwdKernelFor<kHeadDim, kIsBf16, kRow>;
@@ -142,18 +157,9 @@ void fwd_launch(const sm80::FwdParams& p, cudaStream_t stream) {
   }
   if constexpr (kSm90FwdVarlen) {
     if (p.cu_seqlens_q != nullptr)
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, true>>(full, sm_count, stream);
+      return launch_for_passes<kHeadDim, kIsBf16, kRow, true>(p, full, sm_count, stream);
   }
-  // Problems without a softcap, dense or causal: the instantiations of their own passes.
-  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesDense>) {
-    if (passes_fit(kPassesDense, p.mask, p.softcap))
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kPassesDense>>(full, sm_count, stream);
-  }
-  if constexpr (kRowOwnPasses<kHeadDim, kRow, kPassesCausal>) {
-    if (passes_fit(kPassesCausal, p.mask, p.softcap))
-      return launch_kernel<FwdKernelFor<kHeadDim, kIsBf16, kRow, false, kPassesCausal>>(full, sm_count, stream);
-  }
-  launch_kernel<Kernel>(full, sm_count, stream);
+  launch_for_passes<kHeadDim, kIsBf16, kRow, false>(p, full, sm_count, stream);
 }
 
 }  // namespace fa::cuda::sm90

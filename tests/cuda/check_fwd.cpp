@@ -307,6 +307,11 @@ void mode_correct(const std::string& shapes_file) {
   // (80-key blocks under 128 rows), hdim 64's 192-row tiles with Sq != Sk.
   shapes.push_back(shape("mid_d256", 1, 1300, 1300, 2, 1, 256, 256));
   shapes.push_back(shape("sq_gt_sk_d64", 1, 2200, 1900, 2, 1, 64, 64));
+  // Packed hdim-64 problems of 2048 query rows and more: the 192-row varlen kernels, softcapped
+  // and windowed ones on the kernel with every pass (sequences of 2300, 700 / 900 and 2049 rows).
+  Shape vl64 = shape("varlen_d64_long", 3, 2300, 2300, 2, 1, 64, 64);
+  vl64.lens_q = {2300, 700, 2049}, vl64.lens_k = {2300, 900, 2049};
+  shapes.push_back(vl64);
   struct Feature {
     bool causal;
     int64_t wl, wr;

@@ -34,6 +34,7 @@
 #include "cuda/ptx/red.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/stmatrix.cuh"
+#include "cuda/ptx/thread_index.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/bwd_order.h"
 #include "cuda/sm90/bwd_params.h"
@@ -51,14 +52,10 @@ namespace fa::cuda::sm90 {
 // (its 128 threads wrote their dK and dV tiles).
 enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5 };
 
-// threadIdx.x, read anew where called: what the consumers derive from it (fragment and
-// stmatrix addresses) is then computed per tile, not hoisted out of the tile loop and held, or
-// spilled, across the epilogue, where dK and dV take the registers.
-__device__ __forceinline__ int thread_index_per_tile() {
-  int x;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(x));
-  return x;
-}
+// threadIdx.x, read anew where called (ptx::thread_index_anew): what the consumers derive from it
+// (fragment and stmatrix addresses) is then computed per tile, not hoisted out of the tile loop
+// and held, or spilled, across the epilogue, where dK and dV take the registers.
+__device__ __forceinline__ int thread_index_per_tile() { return ptx::thread_index_anew(); }
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kStages_, bool kDkAcrossSteps_, bool kIsBf16_,
           bool kDqArriveLate_, int kPasses_>

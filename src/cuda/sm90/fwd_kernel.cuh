@@ -28,6 +28,7 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/stmatrix.cuh"
+#include "cuda/ptx/thread_index.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/fwd_config.h"
 #include "cuda/sm90/fwd_params.h"
@@ -138,6 +139,17 @@ struct FwdKernel {
       return ptx::warp_elect_one();
     } else {
       return lane == 0;
+    }
+  }
+  // The lane's first column in a masked block, 2·(lane % 4): on the 192-row varlen kernel with
+  // every mask pass read anew from threadIdx.x there (ptx::thread_index_anew), where ptxas held
+  // it in local memory and read it back on every masked block; elsewhere the consumer's t.
+  static constexpr bool kLaneColAnew = kVarlen && kPasses == kPassesAll && kBlockM == 192;
+  __device__ __forceinline__ static int mask_col(int t) {
+    if constexpr (kLaneColAnew) {
+      return 2 * (ptx::thread_index_anew() & 3);
+    } else {
+      return 2 * t;
     }
   }
 
@@ -900,13 +912,13 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
     const bool partial = partial_block(w, n0, sk);
     if constexpr (kRowsUnderPv > 0) {
       if (partial) {
-        mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
+        mask_block(s3, p, row0, n0 + mask_col(t), sq, sk);
         warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       } else {
         warp_softmax_deferred<kLazy, kNT, 0, kRowsUnderPv>(softmax, s3, p.score_log2, alpha);
       }
     } else {
-      if (partial) mask_block(s3, p, row0, n0 + 2 * t, sq, sk);
+      if (partial) mask_block(s3, p, row0, n0 + mask_col(t), sq, sk);
     }
   };
   // The rows of the softmax after the P·V's wait.

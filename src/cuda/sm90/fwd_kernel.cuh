@@ -1050,7 +1050,7 @@ __device__ __forceinline__ void FwdKernel<D, BM, BN, S, Ov, Pp, Vl, Bf16, Ug, Ns
   }
   const int n0 = (w.nb_begin + it) * kBlockN;
   if (partial_block(w, n0, w.sk)) {
-    mask_block(s3, p, row0, n0 + 2 * (static_cast<int>(threadIdx.x) % 4), w.sq, w.sk);
+    mask_block(s3, p, row0, n0 + mask_col(static_cast<int>(threadIdx.x) % 4), w.sq, w.sk);
   }
   // m, l, P = exp2(S·score_log2 − m·score_log2), O rescaled.
   softmax.step(s3, o3, p.score_log2);

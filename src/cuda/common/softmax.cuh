@@ -9,14 +9,12 @@
 
 namespace fa::cuda {
 
-// tanh for the softcap, S' = c·tanh(S·scale / c): one MUFU operation (tanh.approx), as
-// flash-attn's kernels take it. Its error is relative to S' itself, about 2^-11 (tanh is near
-// linear where S' is small): what rounding S' to fp16 would give, an eighth of bf16's, and
-// P = exp2(S'·log2e − LSE) sees that much. The exact form,
-// 1 − 2 / (1 + 2^(2·log2e·x)), took two MUFU operations and four more of the FMA pipe a score,
-// which bound the hdim-64 loops (docs/PERF.md). The forward and the backward call this one
-// function, so the backward's P is the forward's.
-__device__ __forceinline__ float softcap_tanh(float x) { return ptx::tanh_approx(x); }
+// tanh for the softcap, S' = c·tanh(S·scale / c): 1 − 2 / (1 + 2^(2·log2e·x)), two MUFU
+// operations and no branch; absolute error a few 1e-8 (what S' needs: P = exp2(S'·log2e − LSE)
+// sees c times it), ±1 for |x| large (2^x overflows to inf, or flushes to 0), NaN kept.
+__device__ __forceinline__ float softcap_tanh(float x) {
+  return 1.f - 2.f * ptx::rcp_approx(1.f + ptx::ex2_approx(x * 2.88539008177792681f));
+}
 
 // One warp's rows: kMT m16 tiles, each lane holding 2 rows per tile (g and g + 8).
 template <int kMT>

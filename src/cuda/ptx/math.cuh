@@ -26,12 +26,4 @@ __device__ __forceinline__ float rcp_approx(float a) {
   return d;
 }
 
-// tanh.approx.f32 d, a;      tanh(a), max relative error about 2^-11; ±1 for |a| large, NaN kept
-//                            (sm_75+)
-__device__ __forceinline__ float tanh_approx(float a) {
-  float d;
-  asm("tanh.approx.f32 %0, %1;\n" : "=f"(d) : "f"(a));
-  return d;
-}
-
 }  // namespace fa::cuda::ptx

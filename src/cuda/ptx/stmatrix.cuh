@@ -19,13 +19,6 @@ __device__ __forceinline__ void warp_stmatrix_x4_trans(uint32_t addr, const uint
                : "memory");
 }
 
-// stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [addr], {r0, r1};   (sm_90+): matrices 0 and 1,
-// their row addresses from lanes 0..15 (the other lanes' are not read).
-__device__ __forceinline__ void warp_stmatrix_x2_trans(uint32_t addr, const uint32_t (&r)[2]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n" ::"r"(addr), "r"(r[0]), "r"(r[1])
-               : "memory");
-}
-
 // stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3};         (sm_90+)
 __device__ __forceinline__ void warp_stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),

@@ -105,30 +105,6 @@ __device__ __forceinline__ void warpgroup_mma_m64n32k16_ss(float (&d)[16], uint6
   }
 }
 
-// wgmma.mma_async.sync.aligned.m64n40k16.f32.{bf16,f16}.{bf16,f16}
-//     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
-template <bool kIsBf16, int kTransB, int kTransA = 0>
-__device__ __forceinline__ void warpgroup_mma_m64n40k16_ss(float (&d)[20], uint64_t desc_a,
-                                                          uint64_t desc_b, int accumulate) {
-  if constexpr (kIsBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, "
-        "%20, %21, p, 1, 1, %24, %23;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n40k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, "
-        "%20, %21, p, 1, 1, %24, %23;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
-  }
-}
-
 // wgmma.mma_async.sync.aligned.m64n64k16.f32.{bf16,f16}.{bf16,f16}
 //     d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-tnsp-a, imm-tnsp-b;   (sm_90a)
 template <bool kIsBf16, int kTransB, int kTransA = 0>
@@ -507,8 +483,6 @@ __device__ __forceinline__ void warpgroup_mma_ss(float (&d)[kN / 2], uint64_t de
                                                  int accumulate) {
   if constexpr (kN == 32) {
     warpgroup_mma_m64n32k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
-  } else if constexpr (kN == 40) {
-    warpgroup_mma_m64n40k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 64) {
     warpgroup_mma_m64n64k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else if constexpr (kN == 80) {
@@ -518,7 +492,7 @@ __device__ __forceinline__ void warpgroup_mma_ss(float (&d)[kN / 2], uint64_t de
   } else if constexpr (kN == 256) {
     warpgroup_mma_m64n256k16_ss<kIsBf16, kTransB, kTransA>(d, desc_a, desc_b, accumulate);
   } else {
-    static_assert(kN == 32 || kN == 40 || kN == 64 || kN == 80 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
+    static_assert(kN == 32 || kN == 64 || kN == 80 || kN == 128 || kN == 256, "wgmma n extent not wrapped");
   }
 }
 

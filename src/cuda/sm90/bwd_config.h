@@ -19,12 +19,10 @@ namespace fa::cuda::sm90 {
 // Sᵀ/dPᵀ are dead. Running dK on needs the dSᵀ fragments (kBlockM/4) beside Sᵀ and dPᵀ: fits at
 // D 128, BM 64; at D 64, BM 128 and at D 128, BM 80 ptxas serialises the wgmma for want of
 // registers. Shared memory = (2·BN + 2·stages·BM)·D·2 (K, V, Q, dO) + 2·BM·BN·2 (dS,
-// double-buffered; split-D: P and dS, or one P-then-dS buffer at BN 80) + BM·D·4 (the fp32 dQ
-// tile; split-D: none, over the Q/dO stage) + stages·BM·8. Shapes follow the
+// double-buffered) + BM·D·4 (the fp32 dQ tile) + stages·BM·8. Shapes follow the
 // FlashAttention-3 design (BN 128; BM 128 at D 64; at D 128 80 on unmasked problems, else 64).
-// D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BM = 64, the two warpgroups halve
-// the head dim (BwdKernel::kSplitD); BN = 80 on row 0 (unmasked problems: BwdKernel::kKv80, a
-// fifth fewer Q/dO loads and dQ reductions per FLOP), 64 on row 1.
+// D 256 (dK + dV would be 256 fp32 a thread) runs split-D: BN = BM = 64, the two warpgroups
+// halve the head dim (BwdKernel::kSplitD).
 // Rows: each head dim has two kernels (kRow 0, 1); row 0 hands the problems it declines to row
 // 1 (kernel_table.h), which takes what reaches it. kUnmaskedOnly (row 0): the row declines
 // masks, softcap and varlen, and is compiled without the mask and softcap passes
@@ -62,9 +60,9 @@ struct BwdConfig<128, kRow> {  // row 0: 227 KiB (231,888 B); row 1: 194 KiB (19
 };
 
 template <int kRow>
-struct BwdConfig<256, kRow> {  // row 0: 220 KiB (225,504 B); row 1: 226 KiB (231,648 B)
+struct BwdConfig<256, kRow> {  // 226 KiB (231,648 B)
   static_assert(kRow == 0 || kRow == 1, "two rows at 256");
-  static constexpr int kBlockN = kRow == 0 ? 80 : 64, kBlockM = 64, kStages = 2;
+  static constexpr int kBlockN = 64, kBlockM = 64, kStages = 2;
   static constexpr bool kDkAcrossSteps = false;
   static constexpr bool kDqArriveLate = false;  // split-D: the dQ tile goes over the Q/dO stage
   static constexpr bool kUnmaskedOnly = kRow == 0;

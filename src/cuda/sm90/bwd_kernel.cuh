@@ -50,9 +50,7 @@ namespace fa::cuda::sm90 {
 // kv_free (every consumer's last GEMMs landed: K, V and the dS buffers have no reader left, and
 // again once both warpgroups' dK and dV were read from shared memory), dkdv_staged + warpgroup
 // (its 128 threads wrote their dK and dV tiles).
-// Split-D with 80 kv rows (consumer_kv80): p_ready (both warpgroups stored their P columns) and
-// p_read (both dVᵀ GEMMs read P, which dS then overwrites), then ds_ready.
-enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5, p_ready = 7, p_read = 8 };
+enum class BwdBarrier { ds_ready = 1, dq_full = 2, dq_empty = 3, kv_free = 4, dkdv_staged = 5 };
 
 // threadIdx.x, read anew where called (ptx::thread_index_anew): what the consumers derive from it
 // (fragment and stmatrix addresses) is then computed per tile, not hoisted out of the tile loop
@@ -117,13 +115,7 @@ struct BwdKernel {
   // the step's Q and dO, each warpgroup writes its 64 x 128 dQ (32 KiB) over its own columns of
   // them (Q and dO columns 128·group .. +127, 16 KiB each), and the writer warp adds it and
   // releases the stage (dq_panel_offset). consumer_split_d.
-  static constexpr bool kSplitD = kBlockN_ == 64 || kBlockN_ == 80;
-  // Split-D with 80 kv rows (consumer_kv80; unmasked problems): a fifth fewer Q/dO loads and dQ
-  // reductions per FLOP than 64. 80 kv rows are no m64 extent, so the GEMMs run the other way
-  // round: S = Q·Kᵀ and dP = dO·Vᵀ (m64 over q, each warpgroup 40 of the keys), dVᵀ = dOᵀ·P and
-  // dKᵀ = Qᵀ·dS (m over the warpgroup's 128 d, n80), dQ = dS·K as split-D. Two Q/dO stages leave
-  // room for one 80 x 64 buffer, which holds P, then dS, of the step.
-  static constexpr bool kKv80 = kBlockN_ == 80;
+  static constexpr bool kSplitD = kBlockN_ == 64;
   // The rotated q-block order for unmasked problems (RotatedQOrder): 0 never, 1 in the ordered
   // reduction and with claims (rotated_order), 2 always (FA_SM90_BWD_ROTATE, for timing them
   // against each other).
@@ -157,10 +149,9 @@ struct BwdKernel {
   // Shared memory: 128-byte-swizzled panels of 64 columns (128 bytes a row), every panel
   // 1024-byte aligned. K, V: kPanels panels of kBlockN rows. Each Q and dO stage: kPanels panels
   // of kBlockM rows. dS [q][kv] (2 buffers, step parity): kBlockN / 64 panels of kBlockM rows,
-  // panel w written by consumer warpgroup w (split-D, kKv80: kDSBytes below). dQ fp32 [q][d]:
-  // kHeadDim / 32 panels of kBlockM rows of 32 floats (128 bytes), 128-byte swizzled (the dQ
-  // accumulator map's box; split-D: none, over the Q/dO stage). Then LSE·log2e and D per stage,
-  // then the mbarriers.
+  // panel w written by consumer warpgroup w. dQ fp32 [q][d]: kHeadDim / 32 panels of kBlockM
+  // rows of 32 floats (128 bytes), 128-byte swizzled (the dQ accumulator map's box). Then
+  // LSE·log2e and D per stage, then the mbarriers.
   static constexpr int kPanelCols = 64;
   static constexpr int kPanels = kHeadDim / kPanelCols;
   static constexpr int kRowBytes = kPanelCols * 2;  // 128
@@ -169,11 +160,8 @@ struct BwdKernel {
   static constexpr int kQPanelBytes = kBlockM * kRowBytes;
   static constexpr int kQBytes = kPanels * kQPanelBytes;
   static constexpr int kDSPanelBytes = kBlockM * kRowBytes;
-  // Split-D: Pᵀ then dSᵀ [kv][q] (one panel of kBlockN rows each) per buffer; kKv80: one buffer,
-  // one panel [kv][q] for P, then dS.
-  static constexpr int kDSBytes =
-      kKv80 ? kBlockN * kRowBytes : kSplitD ? 2 * kBlockN * kRowBytes : (kBlockN / kPanelCols) * kDSPanelBytes;
-  static constexpr int kDSBuffers = kKv80 ? 1 : 2;
+  // Split-D: Pᵀ then dSᵀ [kv][q] (one panel of kBlockN rows each) per buffer.
+  static constexpr int kDSBytes = kSplitD ? 2 * kBlockN * kRowBytes : (kBlockN / kPanelCols) * kDSPanelBytes;
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
@@ -182,7 +170,7 @@ struct BwdKernel {
   static constexpr int kDqPanelCols = 32;
   static constexpr int kDqPanels = kHeadDim / kDqPanelCols;
   static constexpr int kDqPanelBytes = kBlockM * kRowBytes;
-  static constexpr int kOffDQ = kOffDS + kDSBuffers * kDSBytes;
+  static constexpr int kOffDQ = kOffDS + 2 * kDSBytes;
   // The epilogue's dK and dV tiles (16-bit, K and V's layout; store_dkdv_tma): split-D over K and
   // V (the next tile's K and V then load after them); else not over K and V, so that the next
   // tile's K and V load under the epilogue: dK over the dS buffers, free once the tile's GEMMs
@@ -214,9 +202,9 @@ struct BwdKernel {
   static constexpr int kSmemBytes = kAlign + kOffBars + 8 * kNumBarriers;
 
   // The epilogue by TMA stores: each consumer warpgroup's dK and dV (64 kv rows; split-D: its
-  // half of the columns) are staged at kOffDk, kOffDv, then go out in boxes of 64 rows (kKv80:
-  // 80) x 64 columns.
-  static constexpr int kDkdvStoreRows = kKv80 ? kBlockN : 64;
+  // half of the columns) are staged at kOffDk, kOffDv, then go out in boxes of 64 rows x 64
+  // columns.
+  static constexpr int kDkdvStoreRows = 64;
 
   static constexpr int kNT = kBlockM / 8;    // n8 chunks of Sᵀ / dPᵀ (q columns)
   static constexpr int kKT = kBlockM / 16;   // k16 steps of dV / dK (over q)
@@ -259,9 +247,7 @@ struct BwdKernel {
 
   static_assert(kHeadDim % kPanelCols == 0, "head dim a multiple of 64");
   static_assert(kBlockN == 64 * kConsumerGroups || (kSplitD && kBlockM == 64 && kHeadDim % 128 == 0),
-                "64 kv rows per consumer warpgroup, or split-D (64 or 80 x 64 blocks, head dim halves of panels)");
-  static_assert(!kKv80 || kPasses == kPassesDense, "80 kv rows on unmasked problems only (no mask pass)");
-  static_assert(!kKv80 || kHeadDim == 256, "80 kv rows: two m64 blocks of d a warpgroup (epilogue_kv80)");
+                "64 kv rows per consumer warpgroup, or split-D (64 x 64 blocks, head dim halves of panels)");
   static_assert(kBlockM == 64 || kDqSplitRows || (kDqTransposed && !kSplitD && kDqN == 64 && kBlockM % 16 == 0),
                 "q block of 64 or 128 rows, or of a multiple of 16 rows with the dQ GEMM transposed over two 64-column halves");
   static_assert(kSplitD || kDqN % kPanelCols == 0, "dQ column slice of whole panels");
@@ -398,14 +384,6 @@ struct BwdKernel {
   // `ring` the steps before it (the ring's stages and parities).
   __device__ __forceinline__ static void consumer_split_d(const Params& params, uint32_t smem_base, char* smem,
                                                           uint64_t* bars, const Steps& w, int tile, uint32_t ring);
-  __device__ __forceinline__ static void consumer_kv80(const Params& params, uint32_t smem_base, char* smem,
-                                                       uint64_t* bars, const Steps& w, int tile, uint32_t ring);
-  // kKv80's epilogue: dKᵀ·scale and dVᵀ of this warpgroup (d rows d0 .. + 127, all kv columns)
-  // staged over K and V in their layout, then stored by TMA or copied out by plain stores.
-  __device__ __forceinline__ static void epilogue_kv80(const Params& params, uint32_t smem_base, char* smem,
-                                                       uint64_t* bars, const Steps& w,
-                                                       const float (&acc_dk)[2][kBlockN / 2],
-                                                       const float (&acc_dv)[2][kBlockN / 2], bool any, int group);
   template <int kN>
   __device__ __forceinline__ static void store_dkdv(const sm80::BwdParams& p, const Steps& w, const float (&acc_dk)[kN],
                                                     const float (&acc_dv)[kN], bool dk_any, int r0, int col0, int t);
@@ -571,9 +549,7 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::ope
     for (int tile = 0;; ++tile) {
       const Steps w = take_tile(smem, bars, tile);
       if (w.kv_block < 0) break;
-      if constexpr (kKv80) {
-        consumer_kv80(params, raw + pad, smem, bars, w, tile, ring);
-      } else if constexpr (kSplitD) {
+      if constexpr (kSplitD) {
         consumer_split_d(params, raw + pad, smem, bars, w, tile, ring);
       } else {
         consumer(params, raw + pad, smem, bars, w, tile, ring);
@@ -1459,292 +1435,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::con
   ptx::warpgroup_fence_operand(acc_dv);
   ptx::warpgroup_fence_operand(acc_dk);
   epilogue(params, smem_base, smem, bars, w, acc_dk, acc_dv, w.steps > 0, group, 0, d0);
-}
-
-// warpgroup:: scope, split-D with 80 kv rows (kKv80: head dim 256, unmasked problems). Warpgroup
-// `group` owns dK, dV and dQ columns d0 = 128·group .. +127 and computes S, dP for keys n0 =
-// 40·group .. +39 of the step's 64 q rows (warp `warp`: q rows 16·warp + {g, g + 8}). Per step:
-//   S_h = Q·K_hᵀ, dP_h = dO·V_hᵀ (m64n40, k = D); P_h = exp2(S·scale·log2e − LSE·log2e);
-//   P_h → the buffer [kv][q] (stmatrix.trans), p_ready; dVᵀ[d0..] += dOᵀ·P (A = dO read
-//   MN-major, two m64 over d, n80, k = 64 q) while dS_h = P_h∘(dP_h − D) is computed;
-//   p_read (both dVᵀ GEMMs landed), dS_h → the buffer over P, ds_ready;
-//   dKᵀ[d0..] += Qᵀ·dS (as dVᵀ) and dQ[:, d0..] = dS·K[:, d0..] (two m64n64 halves, k = 80 kv,
-//   A = the buffer read MN-major); each half, once landed, over this warpgroup's columns of the
-//   step's dO or Q (dq_panel_offset), then dq_full[stage], as consumer_split_d.
-// The next step's P overwrites the buffer's dS only once both warpgroups' GEMMs of this step have
-// landed: each waits for them before storing its dQ tile and arriving on dq_full[stage], so that
-// barrier's phase says so (the writer waits on it too; waiting does not consume it).
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::consumer_kv80(const Params& params,
-                                                                            uint32_t smem_base, char* smem,
-                                                                            uint64_t* bars, const Steps& w,
-                                                                            int tile, uint32_t ring) {
-  const sm80::BwdParams& p = params.prob;
-  const int tid = thread_index_per_tile();
-  const int group = warp_uniform(tid / kWarpGroupThreads - 1);
-  const int wtid = tid % kWarpGroupThreads;
-  const int warp = wtid / 32;
-  const int lane = wtid % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  constexpr int kHalfD = kHeadDim / 2;   // this warpgroup's dK, dV, dQ columns
-  constexpr int kHalfN = kBlockN / 2;    // this warpgroup's keys of S, dP
-  constexpr int kDm = kHalfD / 64;       // m64 blocks of dKᵀ, dVᵀ
-  const int d0 = kHalfD * group;
-  const int n0 = kHalfN * group;
-  const int qr = 16 * warp + g;          // q row (block-local) of st[4i], st[4i + 1]; +8 for st[4i + 2..3]
-
-  // dKᵀ, dVᵀ: rows d0 + 64j + 16·warp + g (+8), kv columns 8i + 2t (+1). They start from their
-  // first GEMMs' zero-accumulate flag (see consumer).
-  float acc_dk[kDm][kBlockN / 2];
-  float acc_dv[kDm][kBlockN / 2];
-
-  const uint32_t k_base = smem_base + kOffK;
-  const uint32_t v_base = smem_base + kOffV;
-  const uint32_t buf = smem_base + kOffDS;
-  // This lane's stored row in stmatrix.trans of the S-layout fragments into the buffer: matrix
-  // m = lane / 8 of a group of four holds q rows 16·warp + 8(m % 2) .. +7 and keys n0 + 8(i +
-  // m / 2) .. +7; its stored row r = lane % 8 is key n0 + 8(i + m / 2) + r, 16-byte chunk
-  // 2·warp + m % 2 XOR r (the 128-byte swizzle; key % 8 = r).
-  const int st_m = lane / 8, st_r = lane % 8;
-  const uint32_t st_row = buf + (n0 + 8 * (st_m / 2) + st_r) * kRowBytes + (((2 * warp + st_m % 2) ^ st_r) << 4);
-  const auto store_sfrag = [&](const float (&x)[kHalfN / 2]) {
-#pragma unroll
-    for (int i = 0; i + 1 < kHalfN / 8; i += 2) {
-      uint32_t r[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = 4 * (i + j / 2) + 2 * (j % 2);
-        r[j] = pack2<kIsBf16>(x[e], x[e + 1]);
-      }
-      ptx::warp_stmatrix_x4_trans(st_row + 8 * i * kRowBytes, r);
-    }
-    if constexpr (kHalfN / 8 % 2 == 1) {  // the last n8 chunk: two matrices, lanes 0..15 (m = 0, 1)
-      constexpr int i = kHalfN / 8 - 1;
-      const uint32_t r[2] = {pack2<kIsBf16>(x[4 * i], x[4 * i + 1]), pack2<kIsBf16>(x[4 * i + 2], x[4 * i + 3])};
-      const uint32_t row = buf + (n0 + 8 * i + st_r) * kRowBytes + (((2 * warp + st_m % 2) ^ st_r) << 4);
-      ptx::warp_stmatrix_x2_trans(row, r);
-    }
-  };
-  SmemBarrier{bars + kBarKvFull}.wait(tile & 1);
-
-  for (int s = 0; s < w.steps; ++s) {
-    const uint32_t step = ring + static_cast<uint32_t>(s);
-    const int stage = static_cast<int>(step % kStages);
-    const uint32_t phase = (step / kStages) & 1;
-    const uint32_t sq_base = smem_base + kOffQ + stage * kQBytes;
-    const uint32_t sdo_base = smem_base + kOffDO + stage * kQBytes;
-    SmemBarrier{bars + kBarFull + stage}.wait(phase);
-
-    // S_h = Q·K_hᵀ and dP_h = dO·V_hᵀ   (A, B K-major; k16 steps over D, 4 per 128-byte panel row)
-    float st[kHalfN / 2];
-    float dp[kHalfN / 2];
-    ptx::warpgroup_fence_operand(st);
-    ptx::warpgroup_fence_operand(dp);
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-      const int koff = (kk / 4) * kKVPanelBytes + n0 * kRowBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kHalfN, kIsBf16, 0>(st, ptx::make_smem_desc_sw128(sq_base, qoff, 16, 1024),
-                                                ptx::make_smem_desc_sw128(k_base, koff, 16, 1024), kk > 0);
-    }
-    ptx::warpgroup_commit();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int qoff = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
-      const int koff = (kk / 4) * kKVPanelBytes + n0 * kRowBytes + (kk % 4) * 32;
-      ptx::warpgroup_mma_ss<kHalfN, kIsBf16, 0>(dp, ptx::make_smem_desc_sw128(sdo_base, qoff, 16, 1024),
-                                                ptx::make_smem_desc_sw128(v_base, koff, 16, 1024), kk > 0);
-    }
-    ptx::warpgroup_commit();
-    // LSE·log2e and D of this thread's two q rows (+inf and 0 past sq: P = dS = 0 there).
-    const float* lse_s = reinterpret_cast<const float*>(smem + kOffLse) + stage * kBlockM;
-    const float* dsum_s = reinterpret_cast<const float*>(smem + kOffDsum) + stage * kBlockM;
-    const float lse[2] = {lse_s[qr], lse_s[qr + 8]};
-    const float dsum[2] = {dsum_s[qr], dsum_s[qr + 8]};
-    ptx::warpgroup_wait<1>();  // S landed; dP may still run under the exponentials
-    ptx::warpgroup_fence_operand(st);
-#pragma unroll
-    for (int e = 0; e < kHalfN / 2; ++e) {
-      const float x = st[e] * p.score_log2;
-      st[e] = ptx::ex2_approx(x - lse[(e / 2) % 2]);
-    }
-    // The buffer's dS of the step before has no reader left (above).
-    if (step > 0) SmemBarrier{bars + kBarDqFull + (step - 1) % kStages}.wait(((step - 1) / kStages) & 1);
-    store_sfrag(st);
-    // Generic-proxy writes, then read by wgmma (async proxy): fence before the barrier.
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::p_ready), kConsumerThreads);
-
-    // dVᵀ[d0 + 64j ..] += dOᵀ·P   (A = dO [q][d] read MN-major: panel d0 / 64 + j, k16 step = 16
-    // q rows; B = P [kv][q] K-major, k16 step = 32 bytes along the row)
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int j = 0; j < kDm; ++j) {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0, 1>(
-            acc_dv[j],
-            ptx::make_smem_desc_sw128(sdo_base, (d0 / kPanelCols + j) * kQPanelBytes + kk * 16 * kRowBytes,
-                                      kQPanelBytes, 1024),
-            ptx::make_smem_desc_sw128(buf, kk * 32, 16, 1024), s > 0 || kk > 0);
-      }
-    }
-    ptx::warpgroup_commit();
-    ptx::warpgroup_wait<1>();  // dP landed
-    ptx::warpgroup_fence_operand(dp);
-#pragma unroll
-    for (int e = 0; e < kHalfN / 2; ++e) dp[e] = st[e] * (dp[e] - dsum[(e / 2) % 2]);
-    ptx::warpgroup_wait<0>();  // dVᵀ read P
-#pragma unroll
-    for (int j = 0; j < kDm; ++j) ptx::warpgroup_fence_operand(acc_dv[j]);
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::p_read), kConsumerThreads);
-    store_sfrag(dp);
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    ptx::named_barrier_sync(static_cast<int>(BwdBarrier::ds_ready), kConsumerThreads);
-
-    // dQ[:, d0..] = dS·K[:, d0..] in two halves of 64 columns (32 fp32 a thread: with dKᵀ and dVᵀ
-    // a whole dQ slice would not fit), and dKᵀ[d0 + 64j ..] += Qᵀ·dS (as dVᵀ). dQ half h goes
-    // over dq panels 4·group + 2h, + 1: half 1 over this warpgroup's dO columns (read by its dVᵀ,
-    // landed), stored while dKᵀ runs; half 0 over its Q columns, once dKᵀ has read them.
-    // A = the buffer [kv][q] read MN-major (one 64-wide M panel, k16 step = 16 kv rows); B = K
-    // MN-major, one panel.
-    const auto dq_half = [&](int h, float (&acc)[kDqPanelCols]) {
-      ptx::warpgroup_fence_operand(acc);
-      ptx::warpgroup_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        ptx::warpgroup_mma_ss<kPanelCols, kIsBf16, 1, 1>(
-            acc, ptx::make_smem_desc_sw128(buf, kk * 16 * kRowBytes, kBlockN * kRowBytes, 1024),
-            ptx::make_smem_desc_sw128(k_base, (d0 / kPanelCols + h) * kKVPanelBytes + kk * 16 * kRowBytes,
-                                      kKVPanelBytes, 1024),
-            kk > 0);
-      }
-      ptx::warpgroup_commit();
-    };
-    // Its two 32-column panels (the first two of 4·group + 2h .., dq_panel_offset).
-    const auto store_dq_half = [&](int h, const float (&acc)[kDqPanelCols]) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        store_dq_paired<kDqPanelCols>(smem + dq_panel_offset(stage, 4 * group + 2 * h + c) + qr * kRowBytes, 0,
-                                      reinterpret_cast<const float(&)[kDqPanelCols / 2]>(acc[kDqPanelCols / 2 * c]),
-                                      g, t);
-    };
-    float acc_dq1[kDqPanelCols];
-    dq_half(1, acc_dq1);
-    ptx::warpgroup_fence();
-#pragma unroll
-    for (int j = 0; j < kDm; ++j) {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::warpgroup_mma_ss<kBlockN, kIsBf16, 0, 1>(
-            acc_dk[j],
-            ptx::make_smem_desc_sw128(sq_base, (d0 / kPanelCols + j) * kQPanelBytes + kk * 16 * kRowBytes,
-                                      kQPanelBytes, 1024),
-            ptx::make_smem_desc_sw128(buf, kk * 32, 16, 1024), s > 0 || kk > 0);
-      }
-    }
-    ptx::warpgroup_commit();
-    ptx::warpgroup_wait<1>();  // dQ half 1 landed
-    ptx::warpgroup_fence_operand(acc_dq1);
-    store_dq_half(1, acc_dq1);
-    float acc_dq0[kDqPanelCols];
-    dq_half(0, acc_dq0);
-    ptx::warpgroup_wait<0>();  // dKᵀ read Q; dQ half 0 landed
-    ptx::warpgroup_fence_operand(acc_dq0);
-#pragma unroll
-    for (int j = 0; j < kDm; ++j) ptx::warpgroup_fence_operand(acc_dk[j]);
-    store_dq_half(0, acc_dq0);
-    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);
-    SmemBarrier{bars + kBarDqFull + stage}.arrive();
-  }
-  epilogue_kv80(params, smem_base, smem, bars, w, acc_dk, acc_dv, w.steps > 0, group);
-}
-
-// The end of a kKv80 tile, warpgroup:: scope, both consumers. kv_free: every consumer's GEMMs have
-// landed, K and V have no reader left. This warpgroup's dKᵀ·scale and dVᵀ (zeros where `any` is
-// false: no step ran) go transposed by stmatrix.trans over its own column panels of K and V, in
-// their layout (kv rows of 128-byte swizzled 64-column panels); then one thread stores them by TMA
-// (rows past Sk, columns past D clipped by the maps) and waits until they are read, or the
-// warpgroup copies them out by 4-byte stores. kv_free again, and K and V go to the producer.
-template <int D, int BN, int BM, int S, bool DkX, bool Bf16, bool DqL, int Ps>
-__device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::epilogue_kv80(
-    const Params& params, uint32_t smem_base, char* smem, uint64_t* bars, const Steps& w,
-    const float (&acc_dk)[2][kBlockN / 2], const float (&acc_dv)[2][kBlockN / 2], bool any, int group) {
-  namespace cp = ::cuda::ptx;
-  const sm80::BwdParams& p = params.prob;
-  const bool tma = params.dkdv_by_tma != 0;
-  const int wtid = static_cast<int>(threadIdx.x) % kWarpGroupThreads;
-  const int warp = wtid / 32;
-  const int lane = wtid % 32;
-  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
-  // Matrix m = lane / 8 of a group of four: d rows 16·warp + 8(m % 2) .. +7 of m64 block j, kv
-  // columns 8(i + m / 2) .. +7; stored row r = lane % 8 is kv 8(i + m / 2) + r, its 8 d values the
-  // 16-byte chunk 2·warp + m % 2 XOR r of panel 2·group + j.
-  const int m = lane / 8, r = lane % 8;
-  const uint32_t row = (8 * (m / 2) + r) * kRowBytes + (((2 * warp + m % 2) ^ r) << 4);
-  const auto stage_t = [&](uint32_t base, const float (&acc)[2][kBlockN / 2], float mul) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int i = 0; i < kBlockN / 8; i += 2) {
-        uint32_t v[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int e = 4 * (i + q / 2) + 2 * (q % 2);
-          v[q] = any ? pack2<kIsBf16>(acc[j][e] * mul, acc[j][e + 1] * mul) : 0u;
-        }
-        ptx::warp_stmatrix_x4_trans(base + (2 * group + j) * kKVPanelBytes + 8 * i * kRowBytes + row, v);
-      }
-    }
-  };
-  stage_t(smem_base + kOffDk, acc_dk, p.scale);
-  stage_t(smem_base + kOffDv, acc_dv, 1.f);
-  const int bar = static_cast<int>(BwdBarrier::dkdv_staged) + group;
-  if (tma) {
-    // Generic-proxy writes, read by TMA (async proxy): fence, then the warpgroup's barrier.
-    cp::fence_proxy_async(cp::space_shared);
-    ptx::named_barrier_sync(bar, kWarpGroupThreads);
-    if (wtid == 0) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int32_t coords[4] = {kHeadDim / 2 * group + c * kPanelCols, w.kv0, kv_head(p, w), w.map_b};
-        cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dk, coords,
-                                 smem + kOffDk + (2 * group + c) * kKVPanelBytes);
-        cp::cp_async_bulk_tensor(cp::space_global, cp::space_shared, &params.tm_dv, coords,
-                                 smem + kOffDv + (2 * group + c) * kKVPanelBytes);
-      }
-      cp::cp_async_bulk_commit_group();
-      cp::cp_async_bulk_wait_group_read(cp::n32_t<0>{});  // shared memory stays until read
-    }
-  } else {
-    ptx::named_barrier_sync(bar, kWarpGroupThreads);
-    // 16-byte chunks of this warpgroup's two panels: (panel c, kv row, chunk k), k fastest.
-    T* dk = static_cast<T*>(p.dk) + w.map_b * p.dk_batch_stride + int64_t(w.k_first + w.kv0) * p.dk_row_stride +
-            kv_head(p, w) * p.dk_head_stride;
-    T* dv = static_cast<T*>(p.dv) + w.map_b * p.dv_batch_stride + int64_t(w.k_first + w.kv0) * p.dv_row_stride +
-            kv_head(p, w) * p.dv_head_stride;
-    constexpr int kChunks = 2 * kBlockN * (kPanelCols / 8);
-    for (int ch = wtid; ch < kChunks; ch += kWarpGroupThreads) {
-      const int c = ch / (kBlockN * 8), kv = ch / 8 % kBlockN, k = ch % 8;
-      const int col = kHeadDim / 2 * group + c * kPanelCols + 8 * k;
-      if (kv >= w.kv_rows) continue;
-      const int off = (2 * group + c) * kKVPanelBytes + kv * kRowBytes + ((k ^ (kv % 8)) << 4);
-      const uint4 kx = *reinterpret_cast<const uint4*>(smem + kOffDk + off);
-      const uint4 vx = *reinterpret_cast<const uint4*>(smem + kOffDv + off);
-      if (col < p.head_dim) {
-        uint32_t* to = reinterpret_cast<uint32_t*>(dk + kv * p.dk_row_stride + col);
-        to[0] = kx.x, to[1] = kx.y, to[2] = kx.z, to[3] = kx.w;
-      }
-      if (col < p.head_dim_v) {
-        uint32_t* to = reinterpret_cast<uint32_t*>(dv + kv * p.dv_row_stride + col);
-        to[0] = vx.x, to[1] = vx.y, to[2] = vx.z, to[3] = vx.w;
-      }
-    }
-  }
-  ptx::named_barrier_sync(static_cast<int>(BwdBarrier::kv_free), kConsumerThreads);
-  if (threadIdx.x == kWarpGroupThreads) SmemBarrier{bars + kBarKvEmpty}.arrive();
 }
 
 }  // namespace fa::cuda::sm90

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of library builds on a GPU machine, every candidate checked in the same call as its timing.
 # For each build after the first (the base): the CUDA check programs (against the CPU reference,
-# the sm90 backward's list also on dirtied workspaces of the caller's; determinism) and
+# the sm90 backward's list also on dirtied workspaces of the caller's and with dK and dV by plain
+# stores; determinism) and
 # compute-sanitizer on small awkward shapes, side by side; then bench/ab.py over
 # all the builds, alternating, alone on the GPU (docs/PERF.md: how a change is measured).
 #   scripts/gpu_ab.sh base=DIR new=DIR ... -- <bench_attn.py arguments>
@@ -55,6 +56,7 @@ for i in "${!builds[@]}"; do
   if [[ " $ops " == *" bwd "* ]]; then
     step "${name}_bwd_sm90" 300 "${run[@]}" "$dir/check_bwd" sm90
     step "${name}_bwd_sm90_dirty" 300 "${run[@]}" FA_CHECK_OWN_WORKSPACE=1 "$dir/check_bwd" sm90
+    step "${name}_bwd_sm90_plain" 300 "${run[@]}" FLASHATTN_SM90_DKDV_STORE=plain "$dir/check_bwd" sm90
     step "${name}_bwd_check" 300 "${run[@]}" "$dir/check_bwd" check
     step "${name}_bwd_determinism" 300 "${run[@]}" "$dir/check_bwd" determinism ${CHECK_DET_HDIM:-}
     for tool in memcheck racecheck synccheck; do

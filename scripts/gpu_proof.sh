@@ -4,7 +4,8 @@
 # Runs the steps named on the command line (default: all), each with its own log, packed into
 # $OUT/logs.tgz; the benchmark writes $OUT/bench.json and bench.png:
 #   checks     the CUDA check programs: correctness vs the CPU reference (every path, and the
-#              sm90 backward's own list, once more on dirtied workspaces of the caller's),
+#              sm90 backward's own list, once more on dirtied workspaces of the caller's and
+#              once with dK and dV by plain stores, FLASHATTN_SM90_DKDV_STORE=plain),
 #              determinism, B·H past 2^16, offsets past 2^31
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck and initcheck on small awkward
 #              shapes, forward and backward
@@ -43,6 +44,7 @@ for s in $steps; do
       step check_bwd_check 300 "$C/check_bwd" check
       step check_bwd_sm90 300 "$C/check_bwd" sm90
       FA_CHECK_OWN_WORKSPACE=1 step check_bwd_sm90_dirty 300 "$C/check_bwd" sm90
+      FLASHATTN_SM90_DKDV_STORE=plain step check_bwd_sm90_plain 300 "$C/check_bwd" sm90
       step check_bwd_determinism 200 "$C/check_bwd" determinism
       step check_bwd_bigbatch 300 "$C/check_bwd" bigbatch
       step check_bwd_bigoffset 300 "$C/check_bwd" bigoffset ;;

@@ -532,10 +532,12 @@ int mode_sm90() {
       {"gqa_q4200_k300_d64", 1, 4200, 300, 4, 1, 64, 64, {}, {}, false},
       {"gqa_q4200_k300_d128", 1, 4200, 300, 4, 2, 128, 128, {}, {}, false},
       {"gqa_q300_k4200_d256", 1, 300, 4200, 4, 2, 256, 256, {}, {}, false},
-      // head dim 256 from 1024 query rows: the causal feature in the deterministic mode here
-      // (GQA without head tiles; Sq > Sk, rows that see no key), in the default one below
+      // head dim 256 from 1024 query rows, each feature in both modes over the two dtypes (an
+      // odd count of cases): GQA (head tiles in the default mode's causal runs, none in the
+      // deterministic one), Sq > Sk (rows and q blocks that see no key), partial blocks
       {"gqa_q1200_k700_d200", 1, 1200, 700, 4, 2, 200, 200, {}, {}, false},
       {"q1100_k1300_d256", 1, 1100, 1300, 2, 2, 256, 256, {}, {}, false},
+      {"q1500_k700_d256", 1, 1500, 700, 2, 2, 256, 256, {}, {}, false},
   };
   int n = 0;
   for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})

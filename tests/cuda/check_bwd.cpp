@@ -38,6 +38,9 @@ struct Case {
   bool deterministic = false;
   Layout layout = Layout::bshd;
   bool own_workspace = false;
+  // Added to every q and taken from every k (then rounded to the dtype): the scores, and with
+  // them each row's LSE, lie far below zero (−shift²·D·scale).
+  float shift = 0.f;
   const char* expect_kernel = nullptr;  // when set, fa_bwd_kernel_name must say this
   bool varlen() const { return !lens_q.empty(); }
   int64_t rows_q() const { return varlen() ? total(lens_q) : B * Sq; }
@@ -235,6 +238,10 @@ bool run_case(const Case& c, fa_dtype dt, uint64_t seed, bool quiet) {
   const int64_t rq = c.rows_q(), rk = c.rows_k();
   std::vector<float> q = randn(size_t(rq * c.Hq * c.D), dt, rng), k = randn(size_t(rk * c.Hkv * c.D), dt, rng),
                      v = randn(size_t(rk * c.Hkv * c.Dv), dt, rng), dout = randn(size_t(rq * c.Hq * c.Dv), dt, rng);
+  if (c.shift != 0.f) {
+    for (float& x : q) x = round_half(dt, x + c.shift);
+    for (float& x : k) x = round_half(dt, x - c.shift);
+  }
   // Forward on the CPU reference (fp32 storage): O (then rounded to dtype) and LSE.
   std::vector<float> o(size_t(rq * c.Hq * c.Dv), NAN), lse(size_t(rq * c.Hq), NAN);
   std::vector<int32_t> cuq = c.cu(c.lens_q), cuk = c.cu(c.lens_k);
@@ -498,6 +505,12 @@ int mode_determinism(int64_t D) {
   return bad ? 1 : 0;
 }
 
+// A case with shift 5 (Case::shift).
+Case far(Case c) {
+  c.shift = 5.f;
+  return c;
+}
+
 // The Hopper backward's cases (dense, D and Dv in (64, 128] or (0, 64] per compiled kernel):
 // partial tiles in q and kv, causal with Sq < Sk and Sq > Sk, windows, softcap, GQA and MQA,
 // D < compiled D, deterministic mode, both dtypes and all layouts. Each must run on "sm90".
@@ -538,6 +551,13 @@ int mode_sm90() {
       {"gqa_q1200_k700_d200", 1, 1200, 700, 4, 2, 200, 200, {}, {}, false},
       {"q1100_k1300_d256", 1, 1100, 1300, 2, 2, 256, 256, {}, {}, false},
       {"q1500_k700_d256", 1, 1500, 700, 2, 2, 256, 256, {}, {}, false},
+      // LSE far below zero (shift 5: scores about −200 at D 64, −400 at 256) with a partial last
+      // kv block, on every row of each head dim: the zero-filled keys past Sk have S = 0, and
+      // exp(0 − LSE) overflows unless they are masked out
+      far(Case{"far_q200_k150_d64", 1, 200, 150, 2, 2, 64, 64, {}, {}, false}),
+      far(Case{"far_q1100_k333_d128", 1, 1100, 333, 2, 1, 128, 128, {}, {}, false}),
+      far(Case{"far_q300_k333_d128", 1, 300, 333, 2, 2, 128, 128, {}, {}, false}),
+      far(Case{"far_q300_k270_d256", 1, 300, 270, 2, 2, 256, 256, {}, {}, false}),
   };
   int n = 0;
   for (fa_dtype dt : {FA_DTYPE_BF16, FA_DTYPE_FP16})

@@ -1016,17 +1016,6 @@ __device__ __forceinline__ void BwdKernel<D, BN, BM, S, DkX, Bf16, DqL, Ps>::pro
   } else {
     scores(std::false_type{});  // under the dPᵀ GEMM
     if (!kUnmasked && !full_tile) mask_out(st, 0.f);
-    // The unmasked kernels' keys past sk (the tile's zero-filled K rows: Sᵀ = 0 there) have
-    // P = exp2(−LSE·log2e), which overflows where a row's LSE lies below about −88: dSᵀ would be
-    // ±inf there and dQ = dS·K NaN through those zero rows. P = 0 on them (a partial block only).
-    if (kUnmasked && w.kv_rows < kBlockN) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (kv + 8 * r < w.sk) continue;
-#pragma unroll
-        for (int i = 0; i < kN / 4; ++i) st[4 * i + 2 * r] = st[4 * i + 2 * r + 1] = 0.f;
-      }
-    }
     ptx::warpgroup_wait<0>();
     ptx::warpgroup_fence_operand(dpt);
 #pragma unroll
